@@ -71,3 +71,135 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// Why [`crate::Endpoint::send`] refused a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The connection does not exist (any more), or is closing.
+    Closed,
+    /// The connection's handshake has not completed.
+    NotConnected,
+    /// The message is larger than [`crate::Limits::max_message_bytes`].
+    TooLarge,
+    /// Queued and unacknowledged bytes would exceed [`crate::Limits::max_send_queue_bytes`].
+    QueueFull,
+    /// The ordering channel is not below 32.
+    InvalidChannel,
+    /// The message is empty.
+    Empty,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Closed => "connection closed",
+            Self::NotConnected => "connection not yet established",
+            Self::TooLarge => "message larger than the configured maximum",
+            Self::QueueFull => "send queue full",
+            Self::InvalidChannel => "ordering channel must be below 32",
+            Self::Empty => "empty message",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Why an outgoing connection attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The server speaks another protocol version (0x19); it named this one.
+    IncompatibleProtocol {
+        /// The server's protocol version.
+        server_protocol: u8,
+    },
+    /// The server is full (0x14).
+    NoFreeIncomingConnections,
+    /// The server has banned this address (0x17).
+    Banned,
+    /// The server already has a connection from this address or GUID (0x12).
+    AlreadyConnected,
+    /// The server refused because this address connected too recently (0x1A).
+    IpRecentlyConnected,
+    /// The server requires official RakNet's libcat security, which is not supported.
+    SecurityRequired,
+    /// The server rejected the connection request's password (0x18).
+    InvalidPassword,
+    /// No answer within the handshake timeout.
+    Timeout,
+    /// There is already a connection or attempt to that address.
+    AddressInUse,
+    /// The endpoint has as many connections as its limit allows.
+    TooManyConnections,
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::IncompatibleProtocol { server_protocol } => {
+                write!(
+                    f,
+                    "incompatible protocol version (server speaks {server_protocol})"
+                )
+            }
+            Self::NoFreeIncomingConnections => {
+                f.write_str("server has no free incoming connections")
+            }
+            Self::Banned => f.write_str("banned by the server"),
+            Self::AlreadyConnected => f.write_str("already connected"),
+            Self::IpRecentlyConnected => f.write_str("address connected too recently"),
+            Self::SecurityRequired => f.write_str("server requires unsupported libcat security"),
+            Self::InvalidPassword => f.write_str("invalid password"),
+            Self::Timeout => f.write_str("connection attempt timed out"),
+            Self::AddressInUse => f.write_str("a connection to that address already exists"),
+            Self::TooManyConnections => f.write_str("connection limit reached"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// Which limit a peer exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// [`crate::Limits::max_split_parts`].
+    SplitParts,
+    /// [`crate::Limits::max_message_bytes`].
+    MessageBytes,
+}
+
+/// Why a connection ended. Every closed connection reports exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DisconnectReason {
+    /// The peer sent a disconnection notification (0x15).
+    PeerClosed,
+    /// Nothing was received for the configured timeout.
+    Timeout,
+    /// This side closed the connection.
+    LocalClose,
+    /// The endpoint shut down.
+    Shutdown,
+    /// The peer exceeded a limit.
+    LimitExceeded(Limit),
+    /// The peer broke the protocol; the text says how.
+    ProtocolViolation(&'static str),
+    /// An outgoing connection attempt failed.
+    ConnectFailed(ConnectError),
+}
+
+impl fmt::Display for DisconnectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PeerClosed => f.write_str("closed by peer"),
+            Self::Timeout => f.write_str("timed out"),
+            Self::LocalClose => f.write_str("closed locally"),
+            Self::Shutdown => f.write_str("endpoint shut down"),
+            Self::LimitExceeded(l) => write!(f, "peer exceeded limit {l:?}"),
+            Self::ProtocolViolation(what) => write!(f, "protocol violation: {what}"),
+            Self::ConnectFailed(e) => write!(f, "connect failed: {e}"),
+        }
+    }
+}

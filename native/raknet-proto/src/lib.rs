@@ -37,23 +37,37 @@
 //! ```
 
 pub mod addr;
+mod clock;
 mod codec;
+mod config;
+mod congestion;
+mod connection;
 mod datagram;
+mod endpoint;
 mod error;
 mod frame;
 pub mod message;
+mod recv;
 mod reliability;
+mod rng;
+mod rtt;
+mod send;
 mod seq;
+mod stats;
 
 #[doc(hidden)]
 pub mod fuzzing;
 
 pub use codec::{Decode, Encode};
+pub use config::{EndpointConfig, Limits};
+pub use congestion::{CongestionEvent, Controller, Pacer, SlidingWindow};
+pub use connection::{Role, SendOptions};
 pub use datagram::{
     flags, Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, DATAGRAM_HEADER_RESERVED,
     IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
-pub use error::DecodeError;
+pub use endpoint::{ConnId, Endpoint, EndpointStats, Event, Transmit};
+pub use error::{ConnectError, DecodeError, DisconnectReason, Limit, SendError};
 pub use frame::{
     Frame, Frames, SplitHeader, MAX_FRAME_HEADER_LEN, MAX_FRAME_PAYLOAD, ORDERING_CHANNELS,
     SPLIT_HEADER_LEN,
@@ -66,7 +80,10 @@ pub use message::{
     Timestamped, UnconnectedPing, UnconnectedPong,
 };
 pub use reliability::Reliability;
+pub use rtt::{RttEstimator, MAX_RTO};
+pub use send::queue::{Priority, ReceiptId};
 pub use seq::{DatagramSeq, MessageIndex, OrderIndex, SequenceIndex, U24_MODULUS};
+pub use stats::ConnectionStats;
 
 /// The largest message that fits in one frame without splitting, for a given MTU:
 /// MTU − 28 (IP + UDP) − 9 (reserved datagram header) − 23 (largest frame header),

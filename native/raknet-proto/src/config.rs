@@ -1,0 +1,157 @@
+//! Endpoint configuration: every default and every hostile-input limit, documented.
+
+use std::time::Duration;
+
+/// Limits that bound what a peer can make us hold. Each one is counted in
+/// [`crate::ConnectionStats`] when it fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Most fragments one split message may have. A peer that announces more is
+    /// disconnected with [`crate::DisconnectReason::LimitExceeded`]. Default 16 384
+    /// (over 23 MB at MTU 1492; Bedrock resource packs reach several MB).
+    pub max_split_parts: u32,
+    /// Most split messages being reassembled at once per connection. Fragments of further
+    /// messages are refused (their datagram is not acknowledged, so the sender retries).
+    /// Default 64.
+    pub max_concurrent_splits: usize,
+    /// Most bytes held in reassembly per connection; beyond it fragments are refused as
+    /// above. Default 64 MiB.
+    pub max_reassembly_bytes: usize,
+    /// Most bytes one reassembled message may have; a larger announced message is a
+    /// violation. Default 32 MiB.
+    pub max_message_bytes: usize,
+    /// Most out-of-order messages held per ordering channel; beyond it they are refused
+    /// (not acknowledged) until the gap fills. Default 4096.
+    pub max_held_per_channel: usize,
+    /// How far ahead of the oldest missing reliable message index a frame may be before
+    /// it is refused. Bounds the duplicate filter's memory. Default 65 536.
+    pub max_reliable_window: u32,
+    /// Most sequence numbers one ACK/NAK may make us walk; the rest is ignored (official
+    /// RakNet could be hung with a single range of 2^24 numbers). Default 8192.
+    pub max_ack_numbers: u32,
+    /// Gap in datagram numbers beyond which a datagram is ignored as garbage (official
+    /// 50 000). Default 50 000.
+    pub max_datagram_gap: u32,
+    /// Most bytes queued or unacknowledged for sending per connection; `send` fails with
+    /// [`crate::SendError::QueueFull`] beyond it. Default 64 MiB.
+    pub max_send_queue_bytes: usize,
+    /// Most reliable frames in flight (sent, not yet acknowledged) per connection; further
+    /// reliable frames wait in the queue. Default 1024 (official 512).
+    pub max_reliable_in_flight: usize,
+    /// Most connections (including handshakes in progress) per endpoint; OCR2 beyond it
+    /// is answered with 0x14. Default 1024.
+    pub max_connections: usize,
+    /// Most messages held for a server connection between its 0x09 and 0x13.
+    /// Default 64.
+    pub max_early_messages: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_split_parts: 16_384,
+            max_concurrent_splits: 64,
+            max_reassembly_bytes: 64 << 20,
+            max_message_bytes: 32 << 20,
+            max_held_per_channel: 4096,
+            max_reliable_window: 65_536,
+            max_ack_numbers: 8192,
+            max_datagram_gap: 50_000,
+            max_send_queue_bytes: 64 << 20,
+            max_reliable_in_flight: 1024,
+            max_connections: 1024,
+            max_early_messages: 64,
+        }
+    }
+}
+
+/// Configuration of an [`crate::Endpoint`] and of every connection it owns.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct EndpointConfig {
+    /// Seed for the GUID and the cookie key; the same seed and inputs give the same bytes.
+    pub rng_seed: u64,
+    /// This endpoint's GUID. `None` draws one from the seeded RNG. Default `None`.
+    pub guid: Option<u64>,
+    /// RakNet protocol versions accepted from clients; the first is the one clients send
+    /// and the one named in 0x19 refusals. Default `[11, 10, 6]`.
+    pub protocol_versions: Vec<u8>,
+    /// Whether this endpoint accepts incoming connections. Default `true`.
+    pub accept_incoming: bool,
+    /// Largest MTU accepted or probed. Default 1492 (official maximum).
+    pub max_mtu: u16,
+    /// Smallest MTU accepted; smaller probes are raised to it. Default 400.
+    pub min_mtu: u16,
+    /// MTU sizes a client probes, in order. Default 1492, 1200, 576.
+    pub mtu_probes: Vec<u16>,
+    /// OCR1 attempts per probe size. Default 4.
+    pub attempts_per_probe: u32,
+    /// Interval between OCR1 attempts. Default 500 ms.
+    pub connect_attempt_interval: Duration,
+    /// Send and require the stateless anti-spoofing cookie in Reply1/OCR2 (the
+    /// cookie-only variant that Bedrock clients accept; official 4.081 clients do not).
+    /// Default `false`.
+    pub use_cookies: bool,
+    /// Internal addresses sent in 0x10/0x13 for protocol 6 (official 10; X-Plane's build 30).
+    /// Protocols 10 and 11 always use 20, like Minecraft. Default 10.
+    pub internal_addresses: usize,
+    /// Put the 4-byte timestamp after the flag byte of data and ACK datagrams (official's
+    /// UDT build, used by X-Plane's client). Both peers must agree. Default `false`.
+    pub datagram_timestamps: bool,
+    /// Close a connection after this long without receiving anything. Default 10 s.
+    pub timeout: Duration,
+    /// Give up a handshake after this long. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// Interval of connected pings (keepalive and clock sync). Default 5 s.
+    pub ping_interval: Duration,
+    /// Longest delay before received datagrams are acknowledged. Default 10 ms.
+    pub ack_delay: Duration,
+    /// Unreliable messages queued longer than this are discarded unsent. Default 1 s.
+    pub unreliable_timeout: Duration,
+    /// How long a closing connection waits for its last messages to be acknowledged.
+    /// Default 1 s.
+    pub close_linger: Duration,
+    /// Payload of unconnected pongs (the "offline ping response"). Default empty.
+    pub offline_ping_response: bytes::Bytes,
+    /// Hostile-input and memory limits.
+    pub limits: Limits,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        Self {
+            rng_seed: 0x5eed,
+            guid: None,
+            protocol_versions: vec![11, 10, 6],
+            accept_incoming: true,
+            max_mtu: 1492,
+            min_mtu: 400,
+            mtu_probes: vec![1492, 1200, 576],
+            attempts_per_probe: 4,
+            connect_attempt_interval: Duration::from_millis(500),
+            use_cookies: false,
+            internal_addresses: 10,
+            datagram_timestamps: false,
+            timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            ping_interval: Duration::from_secs(5),
+            ack_delay: Duration::from_millis(10),
+            unreliable_timeout: Duration::from_secs(1),
+            close_linger: Duration::from_secs(1),
+            offline_ping_response: bytes::Bytes::new(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl EndpointConfig {
+    /// Internal addresses to send in 0x10/0x13 on a connection of `protocol`.
+    pub fn internal_addresses_for(&self, protocol: u8) -> usize {
+        if protocol >= 10 {
+            20
+        } else {
+            self.internal_addresses
+        }
+    }
+}

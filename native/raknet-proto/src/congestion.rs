@@ -1,0 +1,207 @@
+//! Congestion control behind a small trait, and a pacer.
+//!
+//! [`SlidingWindow`] follows official RakNet's `CCRakNetSlidingWindow` (protocol reference
+//! §10): a TCP-Reno-like window in bytes, slow start from a small window, congestion
+//! avoidance, a halving on NAK and a collapse on retransmission timeout, each at most once
+//! per window of datagrams. The window only grows while the sender actually had more data
+//! than the window allowed, so an idle connection does not accumulate credit.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::seq::DatagramSeq;
+
+/// What made the sender suspect congestion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CongestionEvent {
+    /// The receiver reported a gap (NAK).
+    Nak,
+    /// A datagram went unacknowledged for the retransmission timeout.
+    Timeout,
+}
+
+/// A congestion controller: how many bytes may be unacknowledged at once.
+pub trait Controller: fmt::Debug + Send {
+    /// Bytes that may be in flight (sent and not yet acknowledged or declared lost).
+    fn window(&self) -> usize;
+    /// A datagram of `bytes` was acknowledged. `app_limited` is true when the sender had
+    /// no data waiting at the time, in which case the window should not grow.
+    fn on_ack(&mut self, seq: DatagramSeq, bytes: usize, app_limited: bool);
+    /// A datagram numbered `seq` was lost.
+    fn on_congestion_event(&mut self, seq: DatagramSeq, event: CongestionEvent);
+    /// A datagram numbered `seq` was sent.
+    fn on_sent(&mut self, seq: DatagramSeq);
+    /// Whether the controller is in slow start (reported in the datagram flag byte).
+    fn in_slow_start(&self) -> bool;
+}
+
+/// Official RakNet's sliding window, with explicit bounds.
+#[derive(Debug, Clone)]
+pub struct SlidingWindow {
+    mtu: usize,
+    cwnd: usize,
+    ssthresh: usize,
+    max_window: usize,
+    /// The next datagram number sent; congestion reactions apply once per "block":
+    /// a loss of a datagram sent before the last reaction is not reacted to again.
+    next_seq: DatagramSeq,
+    block_end: Option<DatagramSeq>,
+}
+
+impl SlidingWindow {
+    /// Datagrams in the initial window.
+    pub const INITIAL_DATAGRAMS: usize = 4;
+
+    /// A controller for datagrams of up to `mtu` bytes (UDP payload), with the window
+    /// capped at `max_window` bytes.
+    pub fn new(mtu: usize, max_window: usize) -> Self {
+        let mtu = mtu.max(1);
+        Self {
+            mtu,
+            cwnd: mtu * Self::INITIAL_DATAGRAMS,
+            ssthresh: usize::MAX,
+            max_window: max_window.max(mtu * 2),
+            next_seq: DatagramSeq::ZERO,
+            block_end: None,
+        }
+    }
+
+    fn in_reacted_block(&self, seq: DatagramSeq) -> bool {
+        self.block_end
+            .is_some_and(|end| !seq.is_after(end) && seq != end)
+    }
+}
+
+impl Controller for SlidingWindow {
+    fn window(&self) -> usize {
+        self.cwnd
+    }
+
+    fn on_ack(&mut self, _seq: DatagramSeq, bytes: usize, app_limited: bool) {
+        if app_limited {
+            return;
+        }
+        let growth = if self.cwnd < self.ssthresh {
+            bytes
+        } else {
+            (self.mtu * bytes / self.cwnd.max(1)).max(1)
+        };
+        self.cwnd = (self.cwnd + growth).min(self.max_window);
+    }
+
+    fn on_congestion_event(&mut self, seq: DatagramSeq, event: CongestionEvent) {
+        if self.in_reacted_block(seq) {
+            return;
+        }
+        self.block_end = Some(self.next_seq);
+        self.ssthresh = (self.cwnd / 2).max(self.mtu * 2);
+        self.cwnd = match event {
+            CongestionEvent::Nak => self.ssthresh,
+            CongestionEvent::Timeout => self.mtu * 2,
+        };
+    }
+
+    fn on_sent(&mut self, seq: DatagramSeq) {
+        self.next_seq = seq.next();
+    }
+
+    fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+}
+
+/// Spreads a window's worth of datagrams over a round trip instead of sending it in one
+/// burst: a token bucket refilled at 1.25 × window / RTT, holding at most a burst.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    tokens: f64,
+    burst: f64,
+    last: Option<Instant>,
+}
+
+impl Pacer {
+    /// A pacer that allows bursts of `burst` bytes.
+    pub fn new(burst: usize) -> Self {
+        Self {
+            tokens: burst as f64,
+            burst: burst as f64,
+            last: None,
+        }
+    }
+
+    /// When a datagram of `bytes` may go, given the window and smoothed RTT: `None` means
+    /// now. A zero RTT (no sample, or loopback) disables pacing.
+    pub fn delay(
+        &mut self,
+        now: Instant,
+        bytes: usize,
+        window: usize,
+        srtt: Duration,
+    ) -> Option<Instant> {
+        let rate = Self::rate(window, srtt)?;
+        let last = *self.last.get_or_insert(now);
+        self.tokens = (self.tokens + now.saturating_duration_since(last).as_secs_f64() * rate)
+            .min(self.burst);
+        self.last = Some(now);
+        let need = bytes as f64;
+        if self.tokens >= need {
+            None
+        } else {
+            Some(now + Duration::from_secs_f64((need - self.tokens) / rate))
+        }
+    }
+
+    /// Spend the tokens for a datagram of `bytes` that was sent.
+    pub fn on_sent(&mut self, bytes: usize) {
+        self.tokens -= bytes as f64;
+    }
+
+    fn rate(window: usize, srtt: Duration) -> Option<f64> {
+        let rtt = srtt.as_secs_f64();
+        (rtt > 0.0).then(|| 1.25 * window as f64 / rtt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_then_avoidance_then_backoff_once_per_block() {
+        let mut cc = SlidingWindow::new(1000, 1 << 20);
+        assert_eq!(cc.window(), 4000);
+        assert!(cc.in_slow_start());
+        for i in 0..4 {
+            cc.on_sent(DatagramSeq::new(i));
+            cc.on_ack(DatagramSeq::new(i), 1000, false);
+        }
+        assert_eq!(cc.window(), 8000);
+        cc.on_ack(DatagramSeq::new(4), 1000, true);
+        assert_eq!(cc.window(), 8000, "app-limited ACKs do not grow the window");
+        cc.on_congestion_event(DatagramSeq::new(2), CongestionEvent::Nak);
+        assert_eq!(cc.window(), 4000);
+        assert!(!cc.in_slow_start());
+        cc.on_congestion_event(DatagramSeq::new(3), CongestionEvent::Nak);
+        assert_eq!(cc.window(), 4000, "one reaction per block");
+        cc.on_ack(DatagramSeq::new(5), 1000, false);
+        assert_eq!(cc.window(), 4250);
+        cc.on_sent(DatagramSeq::new(9));
+        cc.on_congestion_event(DatagramSeq::new(8), CongestionEvent::Timeout);
+        assert_eq!(cc.window(), 2000);
+    }
+
+    #[test]
+    fn pacer_spreads_a_window_over_the_rtt() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(2000);
+        let rtt = Duration::from_millis(100);
+        assert_eq!(p.delay(t0, 1000, 10_000, rtt), None);
+        p.on_sent(1000);
+        assert_eq!(p.delay(t0, 1000, 10_000, rtt), None);
+        p.on_sent(1000);
+        let wait = p.delay(t0, 1000, 10_000, rtt).unwrap() - t0;
+        // 1000 bytes at 125 000 B/s.
+        assert_eq!(wait.as_millis(), 8);
+        assert_eq!(p.delay(t0, 1000, 10_000, Duration::ZERO), None);
+    }
+}

@@ -1,0 +1,6 @@
+//! The receive path: datagram window, duplicate filter, reassembly, ordering.
+
+pub(crate) mod ordering;
+pub(crate) mod reassembly;
+pub(crate) mod reliable;
+pub(crate) mod window;

@@ -1,0 +1,213 @@
+//! Ordered and sequenced delivery per channel, with official RakNet's semantics
+//! (protocol reference §5.5).
+//!
+//! Each channel has one ordering index shared by ordered and sequenced messages, and a
+//! sequencing index for sequenced ones. An ordered message waits for every earlier ordered
+//! message; a sequenced message is delivered only if nothing newer on its channel was, and
+//! it too waits for the ordered message its ordering index names.
+
+use std::collections::HashMap;
+
+use crate::seq::{OrderIndex, SequenceIndex};
+
+#[derive(Debug)]
+struct Held<T> {
+    ordered: Option<T>,
+    sequenced: Vec<(SequenceIndex, T)>,
+}
+
+impl<T> Default for Held<T> {
+    fn default() -> Self {
+        Self {
+            ordered: None,
+            sequenced: Vec::new(),
+        }
+    }
+}
+
+/// What happened to a message offered to a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Delivered, possibly with held messages behind it.
+    Delivered,
+    /// Held until the gap before it fills.
+    Held,
+    /// Older than what was delivered: dropped.
+    Stale,
+    /// The channel holds as many messages as allowed: refused (leave unacknowledged).
+    Full,
+}
+
+#[derive(Debug)]
+pub(crate) struct Channel<T> {
+    expected: OrderIndex,
+    next_sequence: SequenceIndex,
+    held: HashMap<u32, Held<T>>,
+    held_count: usize,
+}
+
+impl<T> Default for Channel<T> {
+    fn default() -> Self {
+        Self {
+            expected: OrderIndex::ZERO,
+            next_sequence: SequenceIndex::ZERO,
+            held: HashMap::new(),
+            held_count: 0,
+        }
+    }
+}
+
+impl<T> Channel<T> {
+    /// Messages held waiting for a gap.
+    pub(crate) fn held(&self) -> usize {
+        self.held_count
+    }
+
+    /// Whether a message with ordering index `order` would be taken: the expected one
+    /// always is (it may release held ones), others only while fewer than `max_held` wait.
+    pub(crate) fn can_take(&self, order: OrderIndex, max_held: usize) -> bool {
+        order == self.expected || self.held_count < max_held
+    }
+
+    /// Offer a message; delivered messages are pushed to `out` in delivery order.
+    /// `sequence` is `Some` for sequenced messages.
+    pub(crate) fn offer(
+        &mut self,
+        order: OrderIndex,
+        sequence: Option<SequenceIndex>,
+        msg: T,
+        max_held: usize,
+        out: &mut Vec<T>,
+    ) -> Outcome {
+        if order != self.expected {
+            if !order.is_after(self.expected) {
+                return Outcome::Stale;
+            }
+            if self.held_count >= max_held {
+                return Outcome::Full;
+            }
+            let slot = self.held.entry(order.get()).or_default();
+            match sequence {
+                Some(s) => slot.sequenced.push((s, msg)),
+                None => {
+                    if slot.ordered.is_some() {
+                        // Impossible with a sane peer (reliable frames are deduplicated).
+                        return Outcome::Stale;
+                    }
+                    slot.ordered = Some(msg);
+                }
+            }
+            self.held_count += 1;
+            return Outcome::Held;
+        }
+        match sequence {
+            Some(s) => {
+                if !self.accept_sequenced(s) {
+                    return Outcome::Stale;
+                }
+                out.push(msg);
+            }
+            None => {
+                out.push(msg);
+                self.advance();
+                self.drain(out);
+            }
+        }
+        Outcome::Delivered
+    }
+
+    fn accept_sequenced(&mut self, s: SequenceIndex) -> bool {
+        if s == self.next_sequence || s.is_after(self.next_sequence) {
+            self.next_sequence = s.next();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn advance(&mut self) {
+        self.expected = self.expected.next();
+        self.next_sequence = SequenceIndex::ZERO;
+    }
+
+    fn drain(&mut self, out: &mut Vec<T>) {
+        while let Some(mut slot) = self.held.remove(&self.expected.get()) {
+            self.held_count -= slot.sequenced.len() + usize::from(slot.ordered.is_some());
+            // Sequenced messages of an ordering index come before its ordered message.
+            slot.sequenced.sort_by(|a, b| a.0.cmp_wrapping(b.0));
+            for (s, msg) in slot.sequenced {
+                if self.accept_sequenced(s) {
+                    out.push(msg);
+                }
+            }
+            match slot.ordered {
+                Some(msg) => {
+                    out.push(msg);
+                    self.advance();
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(n: u32) -> OrderIndex {
+        OrderIndex::new(n)
+    }
+    fn s(n: u32) -> Option<SequenceIndex> {
+        Some(SequenceIndex::new(n))
+    }
+
+    #[test]
+    fn ordered_messages_wait_for_gaps() {
+        let mut c = Channel::default();
+        let mut out = Vec::new();
+        assert_eq!(c.offer(o(1), None, "b", 10, &mut out), Outcome::Held);
+        assert_eq!(c.offer(o(2), None, "c", 10, &mut out), Outcome::Held);
+        assert!(out.is_empty());
+        assert_eq!(c.offer(o(0), None, "a", 10, &mut out), Outcome::Delivered);
+        assert_eq!(out, ["a", "b", "c"]);
+        assert_eq!(c.held(), 0);
+        assert_eq!(c.offer(o(1), None, "b", 10, &mut out), Outcome::Stale);
+    }
+
+    #[test]
+    fn sequenced_never_goes_backward_and_waits_for_ordered() {
+        let mut c = Channel::default();
+        let mut out = Vec::new();
+        c.offer(o(0), s(1), "s1", 10, &mut out);
+        assert_eq!(c.offer(o(0), s(0), "s0", 10, &mut out), Outcome::Stale);
+        assert_eq!(out, ["s1"]);
+        // After ordered #0 the sequenced ones of ordering index 1 follow.
+        assert_eq!(c.offer(o(1), s(0), "t0", 10, &mut out), Outcome::Held);
+        c.offer(o(0), None, "ord0", 10, &mut out);
+        assert_eq!(out, ["s1", "ord0", "t0"]);
+        // A sequenced message sent before ordered #1 but arriving after it is dropped.
+        c.offer(o(1), None, "ord1", 10, &mut out);
+        assert_eq!(c.offer(o(1), s(5), "late", 10, &mut out), Outcome::Stale);
+    }
+
+    #[test]
+    fn held_limit_refuses() {
+        let mut c = Channel::default();
+        let mut out = Vec::new();
+        assert_eq!(c.offer(o(1), None, 1, 1, &mut out), Outcome::Held);
+        assert_eq!(c.offer(o(2), None, 2, 1, &mut out), Outcome::Full);
+        c.offer(o(0), None, 0, 1, &mut out);
+        assert_eq!(out, [0, 1]);
+    }
+
+    #[test]
+    fn ordering_index_wraps() {
+        let mut c: Channel<u32> = Channel::default();
+        c.expected = OrderIndex::MAX;
+        let mut out = Vec::new();
+        assert_eq!(c.offer(o(0), None, 2, 10, &mut out), Outcome::Held);
+        c.offer(OrderIndex::MAX, None, 1, 10, &mut out);
+        assert_eq!(out, [1, 2]);
+    }
+}

@@ -1,0 +1,291 @@
+//! Datagram-number bookkeeping: duplicate datagrams, gaps to NAK, and the pending
+//! ACK/NAK sets (protocol reference §5.2).
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::datagram::AckRange;
+use crate::seq::DatagramSeq;
+
+/// Datagram numbers remembered for duplicate detection, behind the highest received.
+const HISTORY: u32 = 1024;
+/// Most numbers NAKed for one gap (official 1000).
+const MAX_NAK_PER_GAP: u32 = 1000;
+
+/// What to do with an arriving data datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    /// New: process it. `missing` are the numbers skipped before it, to NAK.
+    New { missing: Option<AckRange> },
+    /// Seen before (or too old to tell): acknowledge again, do not process.
+    Duplicate,
+    /// Implausibly far ahead: ignore entirely.
+    Garbage,
+}
+
+/// Tracks which datagram numbers arrived, over a window behind the highest one.
+#[derive(Debug)]
+pub(crate) struct DatagramWindow {
+    highest: DatagramSeq,
+    bits: [u64; (HISTORY / 64) as usize],
+    max_gap: u32,
+}
+
+impl DatagramWindow {
+    pub(crate) fn new(max_gap: u32) -> Self {
+        // Start as if datagram 2^24 - 1 had arrived, so that 0 is the next expected.
+        let mut w = Self {
+            highest: DatagramSeq::MAX,
+            bits: [0; (HISTORY / 64) as usize],
+            max_gap,
+        };
+        w.set(DatagramSeq::MAX);
+        w
+    }
+
+    fn slot(seq: DatagramSeq) -> (usize, u64) {
+        let i = seq.get() % HISTORY;
+        ((i / 64) as usize, 1 << (i % 64))
+    }
+
+    fn set(&mut self, seq: DatagramSeq) {
+        let (w, b) = Self::slot(seq);
+        self.bits[w] |= b;
+    }
+
+    fn get(&self, seq: DatagramSeq) -> bool {
+        let (w, b) = Self::slot(seq);
+        self.bits[w] & b != 0
+    }
+
+    fn clear(&mut self, seq: DatagramSeq) {
+        let (w, b) = Self::slot(seq);
+        self.bits[w] &= !b;
+    }
+
+    /// Classify `seq` and record it if it is new.
+    pub(crate) fn on_datagram(&mut self, seq: DatagramSeq) -> Arrival {
+        if seq.is_after(self.highest) {
+            let d = seq.distance_from(self.highest);
+            if d > self.max_gap {
+                return Arrival::Garbage;
+            }
+            if d >= HISTORY {
+                self.bits = [0; (HISTORY / 64) as usize];
+            } else {
+                let mut s = self.highest.next();
+                while s != seq {
+                    self.clear(s);
+                    s = s.next();
+                }
+            }
+            self.clear(seq);
+            self.set(seq);
+            let missing = (d > 1).then(|| {
+                let end = seq.wrapping_sub(1);
+                let start = end.wrapping_sub(d.min(MAX_NAK_PER_GAP + 1) - 2);
+                AckRange { start, end }
+            });
+            self.highest = seq;
+            Arrival::New { missing }
+        } else if self.highest.distance_from(seq) >= HISTORY || self.get(seq) {
+            Arrival::Duplicate
+        } else {
+            self.set(seq);
+            Arrival::New { missing: None }
+        }
+    }
+}
+
+/// Sequence numbers waiting to be acknowledged (or negatively acknowledged), kept as
+/// ranges. Ranges never cross the 2^24 wrap, since receivers compare plainly.
+#[derive(Debug, Default)]
+pub(crate) struct PendingRanges {
+    ranges: VecDeque<AckRange>,
+    /// When the oldest pending number was added.
+    pub(crate) since: Option<Instant>,
+    count: usize,
+}
+
+impl PendingRanges {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    pub(crate) fn push(&mut self, now: Instant, seq: DatagramSeq) {
+        self.since.get_or_insert(now);
+        if let Some(last) = self.ranges.back_mut() {
+            if seq.get() != 0 && last.end.next() == seq {
+                last.end = seq;
+                return;
+            }
+        }
+        self.ranges.push_back(AckRange::single(seq));
+        self.count += 1;
+    }
+
+    pub(crate) fn push_range(&mut self, now: Instant, range: AckRange) {
+        self.since.get_or_insert(now);
+        // Split at the wrap so that start <= end holds numerically.
+        if range.start.get() > range.end.get() {
+            self.ranges.push_back(AckRange {
+                start: range.start,
+                end: DatagramSeq::MAX,
+            });
+            self.ranges.push_back(AckRange {
+                start: DatagramSeq::ZERO,
+                end: range.end,
+            });
+            self.count += 2;
+        } else {
+            self.ranges.push_back(range);
+            self.count += 1;
+        }
+    }
+
+    /// Take ranges whose encoding fits in `budget` bytes.
+    pub(crate) fn take(&mut self, budget: usize) -> Vec<AckRange> {
+        let mut out = Vec::new();
+        let mut used = 0;
+        while let Some(r) = self.ranges.front() {
+            if used + r.encoded_len() > budget || out.len() == usize::from(u16::MAX) {
+                break;
+            }
+            used += r.encoded_len();
+            out.extend(self.ranges.pop_front());
+        }
+        self.count = self.ranges.len();
+        if self.ranges.is_empty() {
+            self.since = None;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(n: u32) -> DatagramSeq {
+        DatagramSeq::new(n)
+    }
+
+    #[test]
+    fn in_order_duplicates_and_gaps() {
+        let mut w = DatagramWindow::new(50_000);
+        assert_eq!(w.on_datagram(s(0)), Arrival::New { missing: None });
+        assert_eq!(w.on_datagram(s(1)), Arrival::New { missing: None });
+        assert_eq!(w.on_datagram(s(1)), Arrival::Duplicate);
+        assert_eq!(
+            w.on_datagram(s(4)),
+            Arrival::New {
+                missing: Some(AckRange {
+                    start: s(2),
+                    end: s(3)
+                })
+            }
+        );
+        assert_eq!(
+            w.on_datagram(s(3)),
+            Arrival::New { missing: None },
+            "late arrival is new"
+        );
+        assert_eq!(w.on_datagram(s(3)), Arrival::Duplicate);
+        assert_eq!(w.on_datagram(s(60_000)), Arrival::Garbage);
+    }
+
+    #[test]
+    fn first_datagram_after_a_gap_naks_from_zero() {
+        let mut w = DatagramWindow::new(50_000);
+        assert_eq!(
+            w.on_datagram(s(2)),
+            Arrival::New {
+                missing: Some(AckRange {
+                    start: s(0),
+                    end: s(1)
+                })
+            }
+        );
+    }
+
+    #[test]
+    fn window_wraps_at_2_pow_24() {
+        let mut w = DatagramWindow::new(50_000);
+        let mut seq = s(0);
+        for _ in 0..5 {
+            assert!(matches!(w.on_datagram(seq), Arrival::New { .. }));
+            seq = seq.next();
+        }
+        let mut w = DatagramWindow::new(50_000);
+        // Walk up to just below the wrap in gaps the window accepts.
+        let mut n = 0;
+        while n < 0xffff_f0 {
+            assert!(matches!(w.on_datagram(s(n)), Arrival::New { .. }));
+            n = (n + 40_000).min(0xffff_f0);
+        }
+        assert!(matches!(w.on_datagram(s(0xffff_f0)), Arrival::New { .. }));
+        for n in 0xffff_f1..=0xffff_ff {
+            assert_eq!(w.on_datagram(s(n)), Arrival::New { missing: None });
+        }
+        assert_eq!(w.on_datagram(s(0)), Arrival::New { missing: None });
+        assert_eq!(w.on_datagram(s(0xffff_fe)), Arrival::Duplicate);
+        assert_eq!(
+            w.on_datagram(s(3)),
+            Arrival::New {
+                missing: Some(AckRange {
+                    start: s(1),
+                    end: s(2)
+                })
+            }
+        );
+    }
+
+    #[test]
+    fn naks_per_gap_are_capped() {
+        let mut w = DatagramWindow::new(50_000);
+        let Arrival::New { missing: Some(r) } = w.on_datagram(s(20_000)) else {
+            panic!()
+        };
+        assert_eq!(r.len(), MAX_NAK_PER_GAP);
+        assert_eq!(r.end, s(19_999));
+    }
+
+    #[test]
+    fn pending_ranges_merge_and_split_at_the_wrap() {
+        let t = Instant::now();
+        let mut p = PendingRanges::default();
+        for n in [5, 6, 7, 9] {
+            p.push(t, s(n));
+        }
+        p.push(t, DatagramSeq::MAX);
+        p.push(t, s(0));
+        let taken = p.take(1000);
+        assert_eq!(
+            taken,
+            vec![
+                AckRange {
+                    start: s(5),
+                    end: s(7)
+                },
+                AckRange::single(s(9)),
+                AckRange::single(DatagramSeq::MAX),
+                AckRange::single(s(0)),
+            ]
+        );
+        assert!(p.is_empty() && p.since.is_none());
+        p.push_range(
+            t,
+            AckRange {
+                start: s(0xffff_fe),
+                end: s(1),
+            },
+        );
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.take(7).len(), 1, "budget respected");
+        assert_eq!(p.len(), 1);
+    }
+}

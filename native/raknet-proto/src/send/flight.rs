@@ -1,0 +1,464 @@
+//! Datagrams in flight: what each one carried, ACK/NAK/timeout handling, the resend queue
+//! and ACK receipts (protocol reference §5.2, §11, §12).
+//!
+//! A reliable frame keeps its indices for life and is re-sent under a new datagram number
+//! when the datagram carrying it is NAKed or unacknowledged for the RTO. A late ACK of an
+//! older datagram that carried it still frees it.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::congestion::{CongestionEvent, Controller};
+use crate::frame::Frame;
+use crate::rtt::RttEstimator;
+use crate::send::queue::ReceiptId;
+use crate::seq::{DatagramSeq, MessageIndex};
+
+/// Most datagram records kept; older unresolved ones are declared lost early.
+const MAX_RECORDS: usize = 1 << 16;
+/// Lost datagrams remembered so that a late ACK still frees their frames (official 512).
+const KEEP_LOST: usize = 512;
+
+#[derive(Debug)]
+struct Record {
+    seq: DatagramSeq,
+    sent_at: Instant,
+    bytes: usize,
+    reliable: Vec<MessageIndex>,
+    unreliable_receipts: Vec<ReceiptId>,
+    resolved: bool,
+    app_limited: bool,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    frame: Frame,
+    receipt: Option<ReceiptId>,
+    carrier: DatagramSeq,
+}
+
+/// The fate of a message sent with a receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReceiptOutcome {
+    Acked(ReceiptId),
+    Lost(ReceiptId),
+}
+
+/// Counters the flight keeps for stats.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FlightCounters {
+    pub(crate) acked_datagrams: u64,
+    pub(crate) lost_datagrams: u64,
+    pub(crate) naks_received: u64,
+    pub(crate) resends: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Flight {
+    records: VecDeque<Record>,
+    frames: HashMap<u32, InFlight>,
+    resend: VecDeque<MessageIndex>,
+    /// Outstanding receipts and how many fragments each still waits for.
+    receipts: HashMap<ReceiptId, u32>,
+    pub(crate) bytes_in_flight: usize,
+    /// Payload bytes of reliable frames not yet acknowledged.
+    pub(crate) unacked_payload: usize,
+    pub(crate) counters: FlightCounters,
+}
+
+impl Flight {
+    /// Reliable frames sent and not yet acknowledged.
+    pub(crate) fn reliable_in_flight(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Datagram records kept.
+    #[cfg(test)]
+    pub(crate) fn records(&self) -> usize {
+        self.records.len()
+    }
+
+    pub(crate) fn has_resends(&self) -> bool {
+        !self.resend.is_empty()
+    }
+
+    /// Start tracking a receipt that resolves after `parts` fragments are acknowledged.
+    pub(crate) fn expect_receipt(&mut self, id: ReceiptId, parts: u32) {
+        self.receipts.insert(id, parts);
+    }
+
+    /// Report a receipt as lost, if it is still outstanding.
+    pub(crate) fn lose_receipt(&mut self, id: ReceiptId, out: &mut Vec<ReceiptOutcome>) {
+        if self.receipts.remove(&id).is_some() {
+            out.push(ReceiptOutcome::Lost(id));
+        }
+    }
+
+    fn ack_part(&mut self, id: ReceiptId, out: &mut Vec<ReceiptOutcome>) {
+        if let Some(left) = self.receipts.get_mut(&id) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                self.receipts.remove(&id);
+                out.push(ReceiptOutcome::Acked(id));
+            }
+        }
+    }
+
+    /// The next frame due for resending, with its receipt, skipping frames that were
+    /// acknowledged meanwhile.
+    pub(crate) fn peek_resend(&mut self) -> Option<&Frame> {
+        while let Some(idx) = self.resend.front() {
+            if self.frames.contains_key(&idx.get()) {
+                return self.frames.get(&idx.get()).map(|f| &f.frame);
+            }
+            self.resend.pop_front();
+        }
+        None
+    }
+
+    /// Take the frame [`Self::peek_resend`] returned; it is now carried by `carrier`.
+    pub(crate) fn take_resend(&mut self, carrier: DatagramSeq) -> Option<Frame> {
+        let idx = self.resend.pop_front()?;
+        let f = self.frames.get_mut(&idx.get())?;
+        f.carrier = carrier;
+        self.counters.resends += 1;
+        Some(f.frame.clone())
+    }
+
+    /// Record a sent datagram. `reliable` are the reliable frames it carries for the first
+    /// time (with their receipts); `resent` those it carries again.
+    pub(crate) fn on_sent(
+        &mut self,
+        seq: DatagramSeq,
+        now: Instant,
+        bytes: usize,
+        new_reliable: Vec<(Frame, Option<ReceiptId>)>,
+        resent: Vec<MessageIndex>,
+        unreliable_receipts: Vec<ReceiptId>,
+        app_limited: bool,
+    ) {
+        let mut reliable = resent;
+        for (frame, receipt) in new_reliable {
+            let idx = frame.message_index;
+            self.unacked_payload += frame.payload.len();
+            self.frames.insert(
+                idx.get(),
+                InFlight {
+                    frame,
+                    receipt,
+                    carrier: seq,
+                },
+            );
+            reliable.push(idx);
+        }
+        self.bytes_in_flight += bytes;
+        self.records.push_back(Record {
+            seq,
+            sent_at: now,
+            bytes,
+            reliable,
+            unreliable_receipts,
+            resolved: false,
+            app_limited,
+        });
+    }
+
+    fn record_index(&self, seq: DatagramSeq) -> Option<usize> {
+        let first = self.records.front()?.seq;
+        let i = seq.distance_from(first) as usize;
+        (i < self.records.len()).then_some(i)
+    }
+
+    /// Handle an acknowledgement of datagram `seq`.
+    pub(crate) fn on_ack(
+        &mut self,
+        seq: DatagramSeq,
+        now: Instant,
+        rtt: &mut RttEstimator,
+        cc: &mut dyn Controller,
+        out: &mut Vec<ReceiptOutcome>,
+    ) {
+        let Some(i) = self.record_index(seq) else {
+            return;
+        };
+        let r = &mut self.records[i];
+        if r.resolved {
+            // A late ACK after the datagram was declared lost still frees its frames.
+            let reliable = std::mem::take(&mut r.reliable);
+            self.free_frames(&reliable, out);
+            self.pop_resolved();
+            return;
+        }
+        r.resolved = true;
+        let (bytes, app_limited, sent_at) = (r.bytes, r.app_limited, r.sent_at);
+        let reliable = std::mem::take(&mut r.reliable);
+        let receipts = std::mem::take(&mut r.unreliable_receipts);
+        self.bytes_in_flight -= bytes;
+        self.counters.acked_datagrams += 1;
+        rtt.update(now.saturating_duration_since(sent_at));
+        cc.on_ack(seq, bytes, app_limited);
+        self.free_frames(&reliable, out);
+        for id in receipts {
+            self.ack_part(id, out);
+        }
+        self.pop_resolved();
+    }
+
+    fn free_frames(&mut self, reliable: &[MessageIndex], out: &mut Vec<ReceiptOutcome>) {
+        for idx in reliable {
+            if let Some(f) = self.frames.remove(&idx.get()) {
+                self.unacked_payload -= f.frame.payload.len();
+                if let Some(id) = f.receipt {
+                    self.ack_part(id, out);
+                }
+            }
+        }
+    }
+
+    /// Handle a NAK of datagram `seq`: its reliable frames are resent at once.
+    pub(crate) fn on_nak(
+        &mut self,
+        seq: DatagramSeq,
+        cc: &mut dyn Controller,
+        out: &mut Vec<ReceiptOutcome>,
+    ) {
+        if let Some(i) = self.record_index(seq) {
+            self.counters.naks_received += 1;
+            self.lose(i, cc, CongestionEvent::Nak, out);
+            self.pop_resolved();
+        }
+    }
+
+    fn lose(
+        &mut self,
+        i: usize,
+        cc: &mut dyn Controller,
+        event: CongestionEvent,
+        out: &mut Vec<ReceiptOutcome>,
+    ) {
+        let r = &mut self.records[i];
+        if r.resolved {
+            return;
+        }
+        r.resolved = true;
+        let seq = r.seq;
+        self.bytes_in_flight -= r.bytes;
+        self.counters.lost_datagrams += 1;
+        let receipts = std::mem::take(&mut r.unreliable_receipts);
+        // Keep `reliable` so that a late ACK can still free the frames.
+        for idx in &r.reliable {
+            if self
+                .frames
+                .get(&idx.get())
+                .is_some_and(|f| f.carrier == seq)
+            {
+                self.resend.push_back(*idx);
+            }
+        }
+        cc.on_congestion_event(seq, event);
+        for id in receipts {
+            self.lose_receipt(id, out);
+        }
+    }
+
+    /// Drop resolved records from the front: acknowledged ones at once, lost ones once
+    /// more than [`KEEP_LOST`] records are kept.
+    fn pop_resolved(&mut self) {
+        while let Some(r) = self.records.front() {
+            if !r.resolved || (!r.reliable.is_empty() && self.records.len() <= KEEP_LOST) {
+                break;
+            }
+            self.records.pop_front();
+        }
+    }
+
+    /// Declare lost every datagram unacknowledged for `rto`.
+    pub(crate) fn on_timeout(
+        &mut self,
+        now: Instant,
+        rto: Duration,
+        cc: &mut dyn Controller,
+        out: &mut Vec<ReceiptOutcome>,
+    ) {
+        let overflow = self.records.len().saturating_sub(MAX_RECORDS);
+        for i in 0..self.records.len() {
+            if i >= overflow && self.records[i].sent_at + rto > now {
+                break;
+            }
+            self.lose(i, cc, CongestionEvent::Timeout, out);
+        }
+        self.pop_resolved();
+    }
+
+    /// When the oldest unresolved datagram expires.
+    pub(crate) fn next_expiry(&self, rto: Duration) -> Option<Instant> {
+        self.records
+            .iter()
+            .find(|r| !r.resolved)
+            .map(|r| r.sent_at + rto)
+    }
+
+    /// Report every outstanding receipt as lost and forget everything (on close).
+    pub(crate) fn close(&mut self, out: &mut Vec<ReceiptOutcome>) {
+        let mut ids: Vec<_> = self.receipts.drain().map(|(id, _)| id).collect();
+        ids.sort();
+        out.extend(ids.into_iter().map(ReceiptOutcome::Lost));
+        self.records.clear();
+        self.frames.clear();
+        self.resend.clear();
+        self.bytes_in_flight = 0;
+        self.unacked_payload = 0;
+    }
+
+    /// Whether every reliable frame has been acknowledged.
+    pub(crate) fn all_acked(&self) -> bool {
+        self.frames.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::congestion::SlidingWindow;
+    use crate::reliability::Reliability;
+    use bytes::Bytes;
+
+    fn reliable(i: u32) -> Frame {
+        let mut f = Frame::new(Reliability::Reliable, Bytes::from_static(b"x"));
+        f.message_index = MessageIndex::new(i);
+        f
+    }
+
+    #[test]
+    fn ack_frees_frames_and_fires_receipts_once() {
+        let t = Instant::now();
+        let (mut rtt, mut cc, mut out) = (
+            RttEstimator::new(),
+            SlidingWindow::new(1400, 1 << 20),
+            Vec::new(),
+        );
+        let mut f = Flight::default();
+        f.expect_receipt(ReceiptId(1), 2);
+        f.on_sent(
+            DatagramSeq::new(0),
+            t,
+            100,
+            vec![(reliable(0), Some(ReceiptId(1)))],
+            vec![],
+            vec![],
+            false,
+        );
+        f.on_sent(
+            DatagramSeq::new(1),
+            t,
+            100,
+            vec![(reliable(1), Some(ReceiptId(1)))],
+            vec![],
+            vec![],
+            false,
+        );
+        assert_eq!(f.bytes_in_flight, 200);
+        f.on_ack(
+            DatagramSeq::new(0),
+            t + Duration::from_millis(50),
+            &mut rtt,
+            &mut cc,
+            &mut out,
+        );
+        assert!(out.is_empty());
+        f.on_ack(
+            DatagramSeq::new(1),
+            t + Duration::from_millis(50),
+            &mut rtt,
+            &mut cc,
+            &mut out,
+        );
+        f.on_ack(
+            DatagramSeq::new(1),
+            t + Duration::from_millis(60),
+            &mut rtt,
+            &mut cc,
+            &mut out,
+        );
+        assert_eq!(out, [ReceiptOutcome::Acked(ReceiptId(1))]);
+        assert_eq!(
+            (f.bytes_in_flight, f.reliable_in_flight(), f.records()),
+            (0, 0, 0)
+        );
+        assert_eq!(rtt.latest(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn nak_and_timeout_queue_resends_and_lose_unreliable_receipts() {
+        let t = Instant::now();
+        let (mut rtt, mut cc, mut out) = (
+            RttEstimator::new(),
+            SlidingWindow::new(1400, 1 << 20),
+            Vec::new(),
+        );
+        let mut f = Flight::default();
+        f.expect_receipt(ReceiptId(9), 1);
+        f.on_sent(
+            DatagramSeq::new(0),
+            t,
+            100,
+            vec![(reliable(0), None)],
+            vec![],
+            vec![ReceiptId(9)],
+            false,
+        );
+        f.on_sent(
+            DatagramSeq::new(1),
+            t,
+            100,
+            vec![(reliable(1), None)],
+            vec![],
+            vec![],
+            false,
+        );
+        f.on_nak(DatagramSeq::new(0), &mut cc, &mut out);
+        assert_eq!(out, [ReceiptOutcome::Lost(ReceiptId(9))]);
+        assert_eq!(
+            f.peek_resend().map(|fr| fr.message_index),
+            Some(MessageIndex::new(0))
+        );
+        let resent = f.take_resend(DatagramSeq::new(2)).unwrap();
+        f.on_sent(
+            DatagramSeq::new(2),
+            t,
+            100,
+            vec![],
+            vec![resent.message_index],
+            vec![],
+            false,
+        );
+        // Datagrams 1 and 2 time out; frame 1 is queued for resend (frame 0 already is
+        // carried by datagram 2, whose loss queues it again).
+        f.on_timeout(
+            t + Duration::from_secs(3),
+            Duration::from_secs(2),
+            &mut cc,
+            &mut out,
+        );
+        assert_eq!(f.counters.lost_datagrams, 3);
+        assert_eq!(
+            f.peek_resend().map(|fr| fr.message_index),
+            Some(MessageIndex::new(1))
+        );
+        // A late ACK of datagram 1 still frees its frame, so its resend is skipped.
+        f.on_ack(
+            DatagramSeq::new(1),
+            t + Duration::from_secs(3),
+            &mut rtt,
+            &mut cc,
+            &mut out,
+        );
+        assert_eq!(f.reliable_in_flight(), 1);
+        assert_eq!(
+            f.peek_resend().map(|fr| fr.message_index),
+            Some(MessageIndex::new(0))
+        );
+        f.close(&mut out);
+        assert_eq!(out.len(), 1, "no receipt reported twice");
+    }
+}

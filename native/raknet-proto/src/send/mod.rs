@@ -1,0 +1,4 @@
+//! The send path: queueing with index assignment and splitting, and in-flight tracking.
+
+pub(crate) mod flight;
+pub(crate) mod queue;

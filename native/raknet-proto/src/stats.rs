@@ -1,0 +1,65 @@
+//! Per-connection counters, including every drop reason.
+
+use std::time::Duration;
+
+/// A snapshot of a connection's counters and state.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ConnectionStats {
+    /// Smoothed round-trip time.
+    pub srtt: Duration,
+    /// Round-trip time variation.
+    pub rttvar: Duration,
+    /// Current retransmission timeout.
+    pub rto: Duration,
+    /// Congestion window in bytes.
+    pub cwnd: usize,
+    /// Bytes sent (UDP payload, all datagrams).
+    pub bytes_out: u64,
+    /// Bytes received (UDP payload, all datagrams).
+    pub bytes_in: u64,
+    /// Datagrams sent.
+    pub datagrams_out: u64,
+    /// Datagrams received.
+    pub datagrams_in: u64,
+    /// Messages the application sent.
+    pub messages_out: u64,
+    /// Messages delivered to the application.
+    pub messages_in: u64,
+    /// Frames sent again after a NAK or timeout.
+    pub resends: u64,
+    /// NAKed datagrams reported by the peer.
+    pub naks_received: u64,
+    /// Datagram numbers we NAKed.
+    pub naks_sent: u64,
+    /// Our datagrams declared lost (NAK or timeout).
+    pub datagrams_lost: u64,
+    /// Duplicate datagrams or reliable frames received.
+    pub duplicates: u64,
+    /// Messages older than what was delivered on their channel, dropped.
+    pub stale_dropped: u64,
+    /// Unreliable messages that waited too long to be sent.
+    pub expired_unsent: u64,
+    /// Datagrams or frames that failed to decode.
+    pub malformed: u64,
+    /// Frames refused because a receive limit was reached (left unacknowledged).
+    pub refused_over_limit: u64,
+    /// Datagrams ignored as implausibly far ahead.
+    pub garbage_datagrams: u64,
+    /// ACK/NAK numbers ignored beyond `max_ack_numbers`.
+    pub ack_numbers_ignored: u64,
+    /// Messages with an internal ID we do not handle, dropped.
+    pub unknown_internal: u64,
+    /// Frames queued for sending.
+    pub send_queue_frames: usize,
+    /// Payload bytes queued for sending.
+    pub send_queue_bytes: usize,
+    /// Reliable frames sent and not yet acknowledged.
+    pub reliable_in_flight: usize,
+    /// Bytes in datagrams not yet acknowledged.
+    pub bytes_in_flight: usize,
+    /// Bytes held in split reassembly.
+    pub reassembly_bytes: usize,
+    /// Messages held for ordering, over all channels.
+    pub held_for_ordering: usize,
+}
