@@ -4,8 +4,9 @@ use std::time::Duration;
 
 /// Limits that bound what a peer can make us hold. Each one is counted in
 /// [`crate::ConnectionStats`] when it fires.
+///
+/// Build one with struct-update syntax: `Limits { max_connections: 10_000, ..Limits::default() }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Limits {
     /// Most fragments one split message may have. A peer that announces more is
     /// disconnected with [`crate::DisconnectReason::LimitExceeded`]. Default 16 384
@@ -67,8 +68,10 @@ impl Default for Limits {
 }
 
 /// Configuration of an [`crate::Endpoint`] and of every connection it owns.
+///
+/// Build one with struct-update syntax:
+/// `EndpointConfig { use_cookies: true, ..EndpointConfig::default() }`.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct EndpointConfig {
     /// Seed for the GUID and the cookie key; the same seed and inputs give the same bytes.
     pub rng_seed: u64,

@@ -559,22 +559,26 @@ impl Endpoint {
         self.touch(id);
     }
 
-    /// Run the timers that are due.
+    /// Run the timers that are due. Each connection is visited at most once per call: a
+    /// deadline that is still due afterwards (an ACK waiting for [`Endpoint::poll_transmit`],
+    /// say) is served by the next call.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let mut due = Vec::new();
         while let Some(&Reverse((t, index, generation))) = self.timers.peek() {
             if t > now {
                 break;
             }
             self.timers.pop();
-            let id = ConnId { index, generation };
             let Some(slot) = self.slots.get_mut(index as usize) else {
                 continue;
             };
-            if slot.generation != generation || slot.scheduled != Some(t) {
-                continue;
+            if slot.generation == generation && slot.scheduled == Some(t) {
+                slot.scheduled = None;
+                due.push(ConnId { index, generation });
             }
-            slot.scheduled = None;
-            if let Some(c) = slot.conn.as_mut() {
+        }
+        for id in due {
+            if let Some(c) = self.conn_mut(id) {
                 c.handle_timeout(now);
             }
             self.touch(id);
