@@ -33,32 +33,10 @@ use crate::recv::reliable::{Check, ReliableWindow};
 use crate::recv::window::{Arrival, DatagramWindow, PendingRanges};
 use crate::reliability::Reliability;
 use crate::rtt::RttEstimator;
-use crate::send::flight::{Flight, ReceiptOutcome};
-use crate::send::queue::{Priority, ReceiptId, SendQueue};
+use crate::send::flight::{Flight, ReceiptOutcome, Sent};
+use crate::send::queue::{Priority, ReceiptId, SendOptions, SendQueue};
 use crate::seq::{DatagramSeq, MessageIndex};
 use crate::stats::ConnectionStats;
-
-/// How a message is sent: reliability, ordering channel and priority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SendOptions {
-    /// Delivery guarantee.
-    pub reliability: Reliability,
-    /// Ordering channel, 0-31 (used by ordered and sequenced reliabilities).
-    pub channel: u8,
-    /// Send priority.
-    pub priority: Priority,
-}
-
-impl SendOptions {
-    /// `reliability` on channel 0 at high priority.
-    pub fn new(reliability: Reliability) -> Self {
-        Self {
-            reliability,
-            channel: 0,
-            priority: Priority::High,
-        }
-    }
-}
 
 /// Which side opened the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -387,15 +365,9 @@ impl Connection {
             self.next_receipt = self.next_receipt.checked_add(1).unwrap_or(1);
             id
         });
-        let parts = self.queue.push(
-            now,
-            payload,
-            opts.reliability,
-            opts.channel,
-            opts.priority,
-            receipt,
-            self.max_fragment(),
-        );
+        let parts = self
+            .queue
+            .push(now, payload, opts, receipt, self.max_fragment());
         if let Some(id) = receipt {
             // Unreliable receipts resolve with their datagram, reliable ones per fragment.
             let split_reliable = parts > 1 || opts.reliability.is_reliable();
@@ -408,15 +380,13 @@ impl Connection {
 
     fn send_internal(&mut self, now: Instant, msg: &impl Encode, reliability: Reliability) {
         let payload = Bytes::from(msg.to_vec());
-        self.queue.push(
-            now,
-            payload,
+        let opts = SendOptions {
             reliability,
-            0,
-            Priority::Immediate,
-            None,
-            self.max_fragment(),
-        );
+            channel: 0,
+            priority: Priority::Immediate,
+        };
+        self.queue
+            .push(now, payload, opts, None, self.max_fragment());
     }
 
     /// Close gracefully: send 0x15 after everything queued, wait for acknowledgement.
@@ -424,15 +394,13 @@ impl Connection {
         match self.state {
             State::Connected => {
                 let payload = Bytes::from_static(&[id::DISCONNECTION_NOTIFICATION]);
-                self.queue.push(
-                    now,
-                    payload,
-                    Reliability::ReliableOrdered,
-                    0,
-                    Priority::Low,
-                    None,
-                    self.max_fragment(),
-                );
+                let opts = SendOptions {
+                    reliability: Reliability::ReliableOrdered,
+                    channel: 0,
+                    priority: Priority::Low,
+                };
+                self.queue
+                    .push(now, payload, opts, None, self.max_fragment());
                 self.state = State::Closing {
                     deadline: now + self.config.close_linger,
                     reason,
@@ -1101,8 +1069,7 @@ impl Connection {
         let mut new_reliable = Vec::new();
         let mut unreliable_receipts = Vec::new();
         let max_in_flight = self.config.limits.max_reliable_in_flight;
-        while window_open {
-            let Some(p) = self.queue.peek() else { break };
+        while let Some(p) = self.queue.peek().filter(|_| window_open) {
             let reliable = p.frame.reliability.is_reliable();
             if reliable && self.flight.reliable_in_flight() + new_reliable.len() >= max_in_flight {
                 break;
@@ -1133,15 +1100,15 @@ impl Connection {
         self.next_seq = seq.next();
         let app_limited = self.queue.is_empty();
         self.burst = !app_limited;
-        self.flight.on_sent(
+        self.flight.on_sent(Sent {
             seq,
-            now,
-            buf.len(),
+            at: now,
+            bytes: buf.len(),
             new_reliable,
             resent,
             unreliable_receipts,
             app_limited,
-        );
+        });
         self.cc.on_sent(seq);
         self.pacer.on_sent(buf.len());
         if let State::Closing { .. } = self.state {

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::addr;
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
-use crate::connection::{ConnEvent, Connection, Role, SendOptions};
+use crate::connection::{ConnEvent, Connection, Role};
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::message::{
     AlreadyConnected, ConnectionBanned, IncompatibleProtocolVersion, NoFreeIncomingConnections,
@@ -22,6 +22,7 @@ use crate::message::{
 use crate::rng::{siphash24, Rng};
 use crate::send::flight::ReceiptOutcome;
 use crate::send::queue::ReceiptId;
+use crate::send::queue::SendOptions;
 use crate::stats::ConnectionStats;
 
 /// Offline replies queued at most; more are dropped (and counted) rather than buffered.

@@ -61,7 +61,7 @@ pub mod fuzzing;
 pub use codec::{Decode, Encode};
 pub use config::{EndpointConfig, Limits};
 pub use congestion::{CongestionEvent, Controller, Pacer, SlidingWindow};
-pub use connection::{Role, SendOptions};
+pub use connection::Role;
 pub use datagram::{
     flags, Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, DATAGRAM_HEADER_RESERVED,
     IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
@@ -81,7 +81,7 @@ pub use message::{
 };
 pub use reliability::Reliability;
 pub use rtt::{RttEstimator, MAX_RTO};
-pub use send::queue::{Priority, ReceiptId};
+pub use send::queue::{Priority, ReceiptId, SendOptions};
 pub use seq::{DatagramSeq, MessageIndex, OrderIndex, SequenceIndex, U24_MODULUS};
 pub use stats::ConnectionStats;
 

@@ -203,8 +203,10 @@ mod tests {
 
     #[test]
     fn ordering_index_wraps() {
-        let mut c: Channel<u32> = Channel::default();
-        c.expected = OrderIndex::MAX;
+        let mut c: Channel<u32> = Channel {
+            expected: OrderIndex::MAX,
+            ..Channel::default()
+        };
         let mut out = Vec::new();
         assert_eq!(c.offer(o(0), None, 2, 10, &mut out), Outcome::Held);
         c.offer(OrderIndex::MAX, None, 1, 10, &mut out);

@@ -37,6 +37,21 @@ struct InFlight {
     carrier: DatagramSeq,
 }
 
+/// A datagram that was just sent, for [`Flight::on_sent`].
+#[derive(Debug)]
+pub(crate) struct Sent {
+    pub(crate) seq: DatagramSeq,
+    pub(crate) at: Instant,
+    pub(crate) bytes: usize,
+    /// Reliable frames carried for the first time, with their receipts.
+    pub(crate) new_reliable: Vec<(Frame, Option<ReceiptId>)>,
+    /// Reliable frames carried again.
+    pub(crate) resent: Vec<MessageIndex>,
+    pub(crate) unreliable_receipts: Vec<ReceiptId>,
+    /// The sender had nothing more queued (the window should not grow on its ACK).
+    pub(crate) app_limited: bool,
+}
+
 /// The fate of a message sent with a receipt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReceiptOutcome {
@@ -125,18 +140,17 @@ impl Flight {
         Some(f.frame.clone())
     }
 
-    /// Record a sent datagram. `reliable` are the reliable frames it carries for the first
-    /// time (with their receipts); `resent` those it carries again.
-    pub(crate) fn on_sent(
-        &mut self,
-        seq: DatagramSeq,
-        now: Instant,
-        bytes: usize,
-        new_reliable: Vec<(Frame, Option<ReceiptId>)>,
-        resent: Vec<MessageIndex>,
-        unreliable_receipts: Vec<ReceiptId>,
-        app_limited: bool,
-    ) {
+    /// Record a sent datagram.
+    pub(crate) fn on_sent(&mut self, sent: Sent) {
+        let Sent {
+            seq,
+            at: now,
+            bytes,
+            new_reliable,
+            resent,
+            unreliable_receipts,
+            app_limited,
+        } = sent;
         let mut reliable = resent;
         for (frame, receipt) in new_reliable {
             let idx = frame.message_index;
@@ -323,6 +337,24 @@ mod tests {
     use crate::reliability::Reliability;
     use bytes::Bytes;
 
+    fn sent(
+        seq: u32,
+        at: Instant,
+        new_reliable: Vec<(Frame, Option<ReceiptId>)>,
+        resent: Vec<MessageIndex>,
+        unreliable_receipts: Vec<ReceiptId>,
+    ) -> Sent {
+        Sent {
+            seq: DatagramSeq::new(seq),
+            at,
+            bytes: 100,
+            new_reliable,
+            resent,
+            unreliable_receipts,
+            app_limited: false,
+        }
+    }
+
     fn reliable(i: u32) -> Frame {
         let mut f = Frame::new(Reliability::Reliable, Bytes::from_static(b"x"));
         f.message_index = MessageIndex::new(i);
@@ -339,24 +371,20 @@ mod tests {
         );
         let mut f = Flight::default();
         f.expect_receipt(ReceiptId(1), 2);
-        f.on_sent(
-            DatagramSeq::new(0),
+        f.on_sent(sent(
+            0,
             t,
-            100,
             vec![(reliable(0), Some(ReceiptId(1)))],
             vec![],
             vec![],
-            false,
-        );
-        f.on_sent(
-            DatagramSeq::new(1),
+        ));
+        f.on_sent(sent(
+            1,
             t,
-            100,
             vec![(reliable(1), Some(ReceiptId(1)))],
             vec![],
             vec![],
-            false,
-        );
+        ));
         assert_eq!(f.bytes_in_flight, 200);
         f.on_ack(
             DatagramSeq::new(0),
@@ -398,24 +426,14 @@ mod tests {
         );
         let mut f = Flight::default();
         f.expect_receipt(ReceiptId(9), 1);
-        f.on_sent(
-            DatagramSeq::new(0),
+        f.on_sent(sent(
+            0,
             t,
-            100,
             vec![(reliable(0), None)],
             vec![],
             vec![ReceiptId(9)],
-            false,
-        );
-        f.on_sent(
-            DatagramSeq::new(1),
-            t,
-            100,
-            vec![(reliable(1), None)],
-            vec![],
-            vec![],
-            false,
-        );
+        ));
+        f.on_sent(sent(1, t, vec![(reliable(1), None)], vec![], vec![]));
         f.on_nak(DatagramSeq::new(0), &mut cc, &mut out);
         assert_eq!(out, [ReceiptOutcome::Lost(ReceiptId(9))]);
         assert_eq!(
@@ -423,15 +441,7 @@ mod tests {
             Some(MessageIndex::new(0))
         );
         let resent = f.take_resend(DatagramSeq::new(2)).unwrap();
-        f.on_sent(
-            DatagramSeq::new(2),
-            t,
-            100,
-            vec![],
-            vec![resent.message_index],
-            vec![],
-            false,
-        );
+        f.on_sent(sent(2, t, vec![], vec![resent.message_index], vec![]));
         // Datagrams 1 and 2 time out; frame 1 is queued for resend (frame 0 already is
         // carried by datagram 2, whose loss queues it again).
         f.on_timeout(

@@ -25,6 +25,28 @@ pub enum Priority {
     Low,
 }
 
+/// How a message is sent: reliability, ordering channel and priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOptions {
+    /// Delivery guarantee.
+    pub reliability: Reliability,
+    /// Ordering channel, 0-31 (used by ordered and sequenced reliabilities).
+    pub channel: u8,
+    /// Send priority.
+    pub priority: Priority,
+}
+
+impl SendOptions {
+    /// `reliability` on channel 0 at high priority.
+    pub fn new(reliability: Reliability) -> Self {
+        Self {
+            reliability,
+            channel: 0,
+            priority: Priority::High,
+        }
+    }
+}
+
 /// Identifies a message sent with an ACK receipt. Counts from 1 per connection and skips 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReceiptId(pub u32);
@@ -62,12 +84,15 @@ impl SendQueue {
         &mut self,
         now: Instant,
         payload: Bytes,
-        reliability: Reliability,
-        channel: u8,
-        priority: Priority,
+        opts: SendOptions,
         receipt: Option<ReceiptId>,
         max_fragment: usize,
     ) -> u32 {
+        let SendOptions {
+            reliability,
+            channel,
+            priority,
+        } = opts;
         let split = payload.len() > max_fragment;
         let reliability = if split {
             reliability.for_split()
@@ -178,36 +203,44 @@ mod tests {
         q.push(
             t,
             Bytes::from_static(b"a"),
-            Reliability::ReliableOrdered,
-            5,
-            Priority::High,
+            SendOptions {
+                reliability: Reliability::ReliableOrdered,
+                channel: 5,
+                priority: Priority::High,
+            },
             None,
             100,
         );
         q.push(
             t,
             Bytes::from_static(b"b"),
-            Reliability::ReliableSequenced,
-            5,
-            Priority::High,
+            SendOptions {
+                reliability: Reliability::ReliableSequenced,
+                channel: 5,
+                priority: Priority::High,
+            },
             None,
             100,
         );
         q.push(
             t,
             Bytes::from_static(b"c"),
-            Reliability::UnreliableSequenced,
-            5,
-            Priority::High,
+            SendOptions {
+                reliability: Reliability::UnreliableSequenced,
+                channel: 5,
+                priority: Priority::High,
+            },
             None,
             100,
         );
         q.push(
             t,
             Bytes::from_static(b"d"),
-            Reliability::ReliableOrdered,
-            5,
-            Priority::High,
+            SendOptions {
+                reliability: Reliability::ReliableOrdered,
+                channel: 5,
+                priority: Priority::High,
+            },
             None,
             100,
         );
@@ -227,9 +260,11 @@ mod tests {
         let n = q.push(
             t,
             Bytes::from(vec![1u8; 3000]),
-            Reliability::Unreliable,
-            0,
-            Priority::Low,
+            SendOptions {
+                reliability: Reliability::Unreliable,
+                channel: 0,
+                priority: Priority::Low,
+            },
             None,
             1432,
         );
@@ -257,18 +292,22 @@ mod tests {
         q.push(
             t,
             Bytes::from_static(b"low"),
-            Reliability::Unreliable,
-            0,
-            Priority::Low,
+            SendOptions {
+                reliability: Reliability::Unreliable,
+                channel: 0,
+                priority: Priority::Low,
+            },
             None,
             100,
         );
         q.push(
             t,
             Bytes::from_static(b"imm"),
-            Reliability::Reliable,
-            0,
-            Priority::Immediate,
+            SendOptions {
+                reliability: Reliability::Reliable,
+                channel: 0,
+                priority: Priority::Immediate,
+            },
             None,
             100,
         );

@@ -1,0 +1,100 @@
+# Entry points for humans and CI (.ci/run runs `make test`). Each target installs what it needs.
+#
+#   make server   run the example RakNet echo server (Bedrock MOTD pongs, echoes messages) on 127.0.0.1:19132
+#   make test     every check CI runs: rustfmt, clippy, cargo test, mix format, mix test
+#   make lint     the formatting and clippy checks alone
+#   make build    build the NIF and the Elixir app (mix compile; MIX_ENV defaults to dev)
+#   make bench    benchmarks (codec micro-benchmark)
+#   make fuzz     run every cargo-fuzz target for FUZZ_SECONDS each (default 60)
+#   make venv     Python venv with official RakNet (PyPI `raknet`), for interop tests
+#   make clean    remove build output (Mix and cargo)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+# rustup installs cargo in ~/.cargo/bin, which a non-login shell may not have on its PATH.
+CARGO_BIN := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
+export PATH := $(CARGO_BIN):$(PATH)
+
+# mix runs without prompts: raknet has no dependencies, so Mix never offers to install Hex or
+# rebar3, and stdin is closed anyway so that any prompt would fail instead of hanging.
+MIX := mix
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+PY_RAKNET := raknet==0.3.0
+VENV := .venv
+
+.PHONY: deps build test lint server bench fuzz venv clean
+
+deps:
+	@if ! command -v $(MIX) >/dev/null 2>&1; then \
+		echo "==> mix not found; installing Elixir and Erlang from apt"; \
+		$(SUDO) apt-get update && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y elixir erlang-dev erlang-nox; \
+	fi
+	@if ! command -v cargo >/dev/null 2>&1; then \
+		echo "error: cargo not found. Install Rust with rustup (https://rustup.rs):" >&2; \
+		echo "    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y" >&2; \
+		echo "then run make again." >&2; \
+		exit 1; \
+	fi
+	@for component in rustfmt clippy; do \
+		if ! cargo "$${component/rustfmt/fmt}" --version >/dev/null 2>&1; then \
+			echo "==> installing the $$component component"; \
+			rustup component add "$$component"; \
+		fi; \
+	done
+
+build: deps
+	$(MIX) compile </dev/null
+
+test: deps venv
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo test --workspace
+	$(MIX) format --check-formatted </dev/null
+	$(MIX) test </dev/null
+
+lint: deps
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(MIX) format --check-formatted </dev/null
+
+server: deps
+	cargo run --release -p raknet-proto --example echo_server -- $(or $(ADDRESS),127.0.0.1:19132)
+
+bench: deps
+	cargo run --release -p raknet-bench --bin codec
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := datagram frame ack offline connected_message address
+
+# cargo-fuzz needs nightly-only sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain
+# (the only one this machine can have) accept them.
+fuzz: deps
+	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p native/fuzz/corpus/$$t; \
+		echo "==> fuzzing $$t for $(FUZZ_SECONDS) s"; \
+		RUSTC_BOOTSTRAP=1 cargo fuzz run -O --fuzz-dir native/fuzz $$t \
+			native/fuzz/corpus/$$t native/fuzz/seeds/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | grep -E '^(#[0-9]+ +DONE|==[0-9]+==|thread)' || exit 1; \
+	done
+
+venv:
+	@if ! $(VENV)/bin/python -c 'import raknet' >/dev/null 2>&1; then \
+		if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then \
+			echo "==> installing python3-venv from apt"; \
+			$(SUDO) apt-get update && \
+				DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y python3-venv; \
+		fi; \
+		rm -rf $(VENV); \
+		python3 -m venv $(VENV); \
+		$(VENV)/bin/pip install --quiet $(PY_RAKNET); \
+		$(VENV)/bin/python -c 'import raknet'; \
+	fi
+
+clean:
+	rm -rf _build priv/native test/fixtures/*/_build
+	cargo clean

@@ -1,0 +1,75 @@
+defmodule RakNet.Native do
+  @moduledoc false
+  # The NIF functions of native/raknet-nif (`rustler::init!("Elixir.RakNet.Native")`).
+  #
+  # Loading happens in @on_load. If it fails, the error is logged and returned, so the module
+  # itself does not load and callers get an UndefinedFunctionError rather than a half-working
+  # module; an already loaded (older) version keeps running. The stubs below only run if the
+  # NIF library lacks a function.
+
+  require Logger
+
+  @on_load :load_nif
+
+  @nif_file "native/libraknet_nif"
+
+  @typedoc "What `build_info/0` returns; see `RakNet.build_info/0`."
+  @type build_info :: %{
+          version: String.t(),
+          nif_version: String.t(),
+          protocol_versions: [non_neg_integer()]
+        }
+
+  @doc false
+  @spec load_nif() :: :ok | {:error, String.t()}
+  def load_nif do
+    with {:ok, path} <- nif_path(),
+         :ok <- :erlang.load_nif(String.to_charlist(path), 0) do
+      :ok
+    else
+      {:error, reason} ->
+        message = error_message(reason)
+        Logger.error(message)
+        {:error, message}
+    end
+  end
+
+  @doc false
+  @spec build_info() :: build_info()
+  def build_info, do: :erlang.nif_error(:nif_not_loaded)
+
+  # `:erlang.load_nif/2` takes the path without its extension and appends .so (on every Unix,
+  # macOS included). `:code.priv_dir/1` is Application.app_dir(:raknet, "priv"), without raising
+  # when :raknet is not in the code path.
+  defp nif_path do
+    case :code.priv_dir(:raknet) do
+      {:error, :bad_name} -> {:error, :no_app_dir}
+      priv -> {:ok, Path.join(List.to_string(priv), @nif_file)}
+    end
+  end
+
+  @build_hint "Build it with `mix compile` (or `make build` in the raknet checkout); " <>
+                "that runs cargo, so it needs Rust: https://rustup.rs"
+
+  defp error_message(:no_app_dir) do
+    "could not load the raknet NIF: the :raknet application is not in the code path. " <>
+      @build_hint
+  end
+
+  defp error_message({:upgrade, text}) do
+    "could not load the raknet NIF into a new version of #{inspect(__MODULE__)} " <>
+      "(#{text}); the previous version stays in use. Restart the VM to load a new NIF build."
+  end
+
+  defp error_message({reason, text}) do
+    "could not load the raknet NIF from #{nif_file_for_message()} (#{reason}: #{text}). " <>
+      @build_hint
+  end
+
+  defp nif_file_for_message do
+    case nif_path() do
+      {:ok, path} -> path <> ".so"
+      {:error, _} -> @nif_file <> ".so"
+    end
+  end
+end

@@ -1,0 +1,5 @@
+defmodule RakNetTest do
+  use ExUnit.Case, async: true
+
+  doctest RakNet
+end
