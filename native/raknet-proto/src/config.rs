@@ -110,6 +110,10 @@ pub struct EndpointConfig {
     pub ping_interval: Duration,
     /// Longest delay before received datagrams are acknowledged. Default 10 ms.
     pub ack_delay: Duration,
+    /// How long a gap in datagram numbers may last before it is NAKed: a datagram that was
+    /// merely reordered arrives within it and no spurious resend happens. Official RakNet
+    /// NAKs at once (zero). Default 5 ms.
+    pub nak_delay: Duration,
     /// Unreliable messages queued longer than this are discarded unsent. Default 1 s.
     pub unreliable_timeout: Duration,
     /// How long a closing connection waits for its last messages to be acknowledged.
@@ -119,6 +123,11 @@ pub struct EndpointConfig {
     pub offline_ping_response: bytes::Bytes,
     /// Hostile-input and memory limits.
     pub limits: Limits,
+    /// Where every 24-bit counter starts (datagram number, reliable, ordering indices) on
+    /// both directions. RakNet starts at 0; tests set a value just below 2^24 on both peers
+    /// to cross the wrap quickly. Never change it for a real peer.
+    #[doc(hidden)]
+    pub initial_index_for_tests: u32,
 }
 
 impl Default for EndpointConfig {
@@ -140,10 +149,12 @@ impl Default for EndpointConfig {
             handshake_timeout: Duration::from_secs(10),
             ping_interval: Duration::from_secs(5),
             ack_delay: Duration::from_millis(10),
+            nak_delay: Duration::from_millis(5),
             unreliable_timeout: Duration::from_secs(1),
             close_linger: Duration::from_secs(1),
             offline_ping_response: bytes::Bytes::new(),
             limits: Limits::default(),
+            initial_index_for_tests: 0,
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::reliability::Reliability;
 use crate::rtt::RttEstimator;
 use crate::send::flight::{Flight, ReceiptOutcome, Sent};
 use crate::send::queue::{Priority, ReceiptId, SendOptions, SendQueue};
-use crate::seq::{DatagramSeq, MessageIndex};
+use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
 use crate::stats::ConnectionStats;
 
 /// Which side opened the connection.
@@ -157,14 +157,18 @@ impl Connection {
     ) -> Self {
         let udp_payload = usize::from(mtu) - IP_UDP_HEADER_LEN;
         let limits = &config.limits;
+        let first = config.initial_index_for_tests;
         Self {
             cc: Box::new(SlidingWindow::new(
                 udp_payload,
                 limits.max_send_queue_bytes.max(1 << 20),
             )),
             pacer: Pacer::new(udp_payload * 8),
-            window: DatagramWindow::new(limits.max_datagram_gap),
-            reliable: ReliableWindow::new(limits.max_reliable_window),
+            window: DatagramWindow::starting_at(DatagramSeq::new(first), limits.max_datagram_gap),
+            reliable: ReliableWindow::starting_at(
+                MessageIndex::new(first),
+                limits.max_reliable_window,
+            ),
             role,
             state,
             addr,
@@ -178,11 +182,11 @@ impl Connection {
             last_receive: now,
             next_ping: None,
             ever_connected: false,
-            queue: SendQueue::default(),
+            queue: SendQueue::starting_at(OrderIndex::new(first)),
             flight: Flight::default(),
             rtt: RttEstimator::new(),
-            next_seq: DatagramSeq::ZERO,
-            next_message_index: MessageIndex::ZERO,
+            next_seq: DatagramSeq::new(first),
+            next_message_index: MessageIndex::new(first),
             next_receipt: 1,
             burst: false,
             pace_until: None,
@@ -190,7 +194,9 @@ impl Connection {
             naks: PendingRanges::default(),
             ack_timestamp: None,
             reassembly: Reassembly::default(),
-            channels: (0..ORDERING_CHANNELS).map(|_| Channel::default()).collect(),
+            channels: (0..ORDERING_CHANNELS)
+                .map(|_| Channel::starting_at(OrderIndex::new(first)))
+                .collect(),
             early: Vec::new(),
             clock: ClockSync::default(),
             events: VecDeque::new(),
@@ -574,9 +580,10 @@ impl Connection {
             }
             Arrival::New { missing } => {
                 if let Some(range) = missing {
-                    self.stats.naks_sent += u64::from(range.len());
                     self.naks.push_range(now, range);
                 }
+                // A datagram that was only reordered withdraws its pending NAK.
+                self.naks.remove(header.seq);
             }
         }
         if header.timestamp.is_some() {
@@ -915,7 +922,7 @@ impl Connection {
         min(Some(self.last_receive + self.config.timeout));
         min(self.flight.next_expiry(self.rtt.rto()));
         min(self.acks.since.map(|s| s + self.config.ack_delay));
-        min(self.naks.since);
+        min(self.naks.since.map(|s| s + self.config.nak_delay));
         min(self.next_ping);
         min(self.pace_until);
         if self.flight.has_resends() || !self.queue.is_empty() {
@@ -936,17 +943,14 @@ impl Connection {
         let wrote = match &self.state {
             State::Closed => false,
             State::Offline { .. } => self.offline_transmit(now, buf),
-            _ => self.write_nak(buf) || self.write_ack(now, buf) || self.write_data(now, buf),
+            _ => self.write_nak(now, buf) || self.write_ack(now, buf) || self.write_data(now, buf),
         };
         if wrote && !self.in_offline_handshake() {
             self.stats.datagrams_out += 1;
             self.stats.bytes_out += buf.len() as u64;
         }
-        if matches!(self.state, State::Draining { .. })
-            && self.acks.is_empty()
-            && self.naks.is_empty()
-            && !wrote
-        {
+        // A closed peer needs its ACKs, not our NAKs.
+        if matches!(self.state, State::Draining { .. }) && self.acks.is_empty() && !wrote {
             self.state = State::Closed;
         }
         wrote
@@ -988,11 +992,16 @@ impl Connection {
         usize::from(self.mtu) - IP_UDP_HEADER_LEN
     }
 
-    fn write_nak(&mut self, buf: &mut Vec<u8>) -> bool {
-        if self.naks.is_empty() {
+    fn write_nak(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        if self
+            .naks
+            .since
+            .is_none_or(|since| now < since + self.config.nak_delay)
+        {
             return false;
         }
         let ranges = self.naks.take(self.udp_budget() - ACK_HEADER_LEN);
+        self.stats.naks_sent += ranges.iter().map(|r| u64::from(r.len())).sum::<u64>();
         Nak { ranges }.encode(buf);
         true
     }

@@ -58,6 +58,14 @@ impl<T> Default for Channel<T> {
 }
 
 impl<T> Channel<T> {
+    /// A channel expecting `first` as its first ordering index (tests of the 2^24 wrap).
+    pub(crate) fn starting_at(first: OrderIndex) -> Self {
+        Self {
+            expected: first,
+            ..Self::default()
+        }
+    }
+
     /// Messages held waiting for a gap.
     pub(crate) fn held(&self) -> usize {
         self.held_count

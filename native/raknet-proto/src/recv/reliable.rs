@@ -25,9 +25,15 @@ pub(crate) struct ReliableWindow {
 }
 
 impl ReliableWindow {
+    #[cfg(test)]
     pub(crate) fn new(max_ahead: u32) -> Self {
+        Self::starting_at(MessageIndex::ZERO, max_ahead)
+    }
+
+    /// A window expecting `first` as the first reliable index (tests of the 2^24 wrap).
+    pub(crate) fn starting_at(first: MessageIndex, max_ahead: u32) -> Self {
         Self {
-            base: MessageIndex::ZERO,
+            base: first,
             bits: Vec::new(),
             max_ahead: max_ahead.clamp(64, 1 << 22),
         }

@@ -32,14 +32,21 @@ pub(crate) struct DatagramWindow {
 }
 
 impl DatagramWindow {
+    #[cfg(test)]
     pub(crate) fn new(max_gap: u32) -> Self {
-        // Start as if datagram 2^24 - 1 had arrived, so that 0 is the next expected.
+        Self::starting_at(DatagramSeq::ZERO, max_gap)
+    }
+
+    /// A window expecting `first` as the first datagram number (0 on the wire; other
+    /// values only in tests that cross the 2^24 wrap).
+    pub(crate) fn starting_at(first: DatagramSeq, max_gap: u32) -> Self {
+        // Start as if the datagram before `first` had arrived.
         let mut w = Self {
-            highest: DatagramSeq::MAX,
+            highest: first.wrapping_sub(1),
             bits: [0; (HISTORY / 64) as usize],
             max_gap,
         };
-        w.set(DatagramSeq::MAX);
+        w.set(w.highest);
         w
     }
 
@@ -144,6 +151,40 @@ impl PendingRanges {
         } else {
             self.ranges.push_back(range);
             self.count += 1;
+        }
+    }
+
+    /// Withdraw `seq` (a NAKed datagram that arrived after all).
+    pub(crate) fn remove(&mut self, seq: DatagramSeq) {
+        let s = seq.get();
+        let Some(i) = self
+            .ranges
+            .iter()
+            .position(|r| r.start.get() <= s && s <= r.end.get())
+        else {
+            return;
+        };
+        let r = self.ranges[i];
+        match (r.start == seq, r.end == seq) {
+            (true, true) => {
+                self.ranges.remove(i);
+            }
+            (true, false) => self.ranges[i].start = seq.next(),
+            (false, true) => self.ranges[i].end = seq.wrapping_sub(1),
+            (false, false) => {
+                self.ranges[i].end = seq.wrapping_sub(1);
+                self.ranges.insert(
+                    i + 1,
+                    AckRange {
+                        start: seq.next(),
+                        end: r.end,
+                    },
+                );
+            }
+        }
+        self.count = self.ranges.len();
+        if self.ranges.is_empty() {
+            self.since = None;
         }
     }
 
@@ -276,6 +317,23 @@ mod tests {
                 AckRange::single(s(0)),
             ]
         );
+        assert!(p.is_empty() && p.since.is_none());
+        p.push_range(
+            t,
+            AckRange {
+                start: s(10),
+                end: s(14),
+            },
+        );
+        p.remove(s(12));
+        p.remove(s(10));
+        p.remove(s(14));
+        assert_eq!(
+            p.take(1000),
+            vec![AckRange::single(s(11)), AckRange::single(s(13))]
+        );
+        p.push(t, s(20));
+        p.remove(s(20));
         assert!(p.is_empty() && p.since.is_none());
         p.push_range(
             t,

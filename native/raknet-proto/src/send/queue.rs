@@ -70,6 +70,15 @@ pub(crate) struct SendQueue {
 }
 
 impl SendQueue {
+    /// A queue whose ordering indices start at `first` on every channel (tests of the
+    /// 2^24 wrap; 0 on the wire).
+    pub(crate) fn starting_at(first: OrderIndex) -> Self {
+        Self {
+            ordered_write: [first; ORDERING_CHANNELS as usize],
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.queues.iter().all(VecDeque::is_empty)
     }

@@ -20,3 +20,5 @@ pub fn hex(s: &str) -> Bytes {
 pub fn unassigned(n: usize) -> String {
     "04ffffffff0000".repeat(n)
 }
+
+pub mod pair;

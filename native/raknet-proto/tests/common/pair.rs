@@ -1,0 +1,174 @@
+//! Two endpoints joined by two seeded lossy links, on a virtual clock.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use raknet_netsim::{Link, LinkConfig};
+use raknet_proto::{ConnId, Endpoint, EndpointConfig, Event};
+
+pub const SERVER: &str = "127.0.0.1:19132";
+pub const CLIENT: &str = "127.0.0.1:40000";
+
+pub struct Pair {
+    pub now: Instant,
+    pub start: Instant,
+    pub server: Endpoint,
+    pub client: Endpoint,
+    pub server_addr: SocketAddr,
+    pub client_addr: SocketAddr,
+    pub c2s: Link,
+    pub s2c: Link,
+    pub server_events: Vec<Event>,
+    pub client_events: Vec<Event>,
+    buf: Vec<u8>,
+}
+
+impl Pair {
+    pub fn new(
+        seed: u64,
+        server: EndpointConfig,
+        client: EndpointConfig,
+        link: LinkConfig,
+    ) -> Self {
+        let start = Instant::now();
+        let server_addr: SocketAddr = SERVER.parse().unwrap();
+        let client_addr: SocketAddr = CLIENT.parse().unwrap();
+        Self {
+            now: start,
+            start,
+            server: Endpoint::new(
+                EndpointConfig {
+                    rng_seed: seed,
+                    ..server
+                },
+                server_addr,
+                start,
+            ),
+            client: Endpoint::new(
+                EndpointConfig {
+                    rng_seed: seed ^ 0xc1,
+                    ..client
+                },
+                client_addr,
+                start,
+            ),
+            server_addr,
+            client_addr,
+            c2s: Link::new(link.clone(), seed.wrapping_mul(31) ^ 1),
+            s2c: Link::new(link, seed.wrapping_mul(37) ^ 2),
+            server_events: Vec::new(),
+            client_events: Vec::new(),
+            buf: Vec::with_capacity(2048),
+        }
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// Exchange everything that is due now, until nothing moves.
+    fn settle(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
+                assert_eq!(t.destination, self.server_addr);
+                self.c2s.send(self.now, self.buf[..t.size].to_vec());
+                moved = true;
+            }
+            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
+                if t.destination == self.client_addr {
+                    self.s2c.send(self.now, self.buf[..t.size].to_vec());
+                }
+                moved = true;
+            }
+            while let Some(d) = self.c2s.poll_recv(self.now) {
+                self.server
+                    .handle(self.now, self.client_addr, Bytes::from(d));
+                moved = true;
+            }
+            while let Some(d) = self.s2c.poll_recv(self.now) {
+                self.client
+                    .handle(self.now, self.server_addr, Bytes::from(d));
+                moved = true;
+            }
+            while let Some(e) = self.server.poll_event() {
+                self.server_events.push(e);
+            }
+            while let Some(e) = self.client.poll_event() {
+                self.client_events.push(e);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Advance to the next deadline. Returns `false` when nothing is scheduled at all.
+    pub fn step(&mut self) -> bool {
+        self.settle();
+        let next = [
+            self.server.poll_timeout(),
+            self.client.poll_timeout(),
+            self.c2s.poll_timeout(),
+            self.s2c.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(next) = next else { return false };
+        // Never stand still: a deadline in the past still advances the clock a little.
+        self.now = next.max(self.now + Duration::from_micros(1));
+        self.server.handle_timeout(self.now);
+        self.client.handle_timeout(self.now);
+        self.settle();
+        true
+    }
+
+    /// Step until `done` holds or `limit` of virtual time passes; returns whether it held.
+    pub fn drive_until(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) -> bool {
+        let deadline = self.now + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now >= deadline || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    /// Connect the client; returns (client's id, server's id).
+    pub fn connect(&mut self) -> (ConnId, ConnId) {
+        let id = self
+            .client
+            .connect(self.now, self.server_addr)
+            .expect("connect starts");
+        let ok = self.drive_until(Duration::from_secs(30), |p| {
+            p.client_events
+                .iter()
+                .any(|e| matches!(e, Event::Connected { .. }))
+                && p.server_events
+                    .iter()
+                    .any(|e| matches!(e, Event::Connected { .. }))
+        });
+        assert!(
+            ok,
+            "handshake did not complete: client {:?} server {:?}",
+            self.client_events, self.server_events
+        );
+        let server_id = self
+            .server_events
+            .iter()
+            .find_map(|e| match e {
+                Event::Connected { conn, .. } => Some(*conn),
+                _ => None,
+            })
+            .unwrap();
+        (id, server_id)
+    }
+}

@@ -1,0 +1,288 @@
+//! Both roles of the handshake between two engines, over the simulator, and every refusal.
+
+mod common;
+
+use std::time::Duration;
+
+use common::pair::Pair;
+use raknet_netsim::LinkConfig;
+use raknet_proto::*;
+
+fn cfg() -> EndpointConfig {
+    EndpointConfig::default()
+}
+
+fn failure(events: &[Event]) -> Option<ConnectError> {
+    events.iter().find_map(|e| match e {
+        Event::Disconnected {
+            reason: DisconnectReason::ConnectFailed(err),
+            ..
+        } => Some(*err),
+        _ => None,
+    })
+}
+
+#[test]
+fn handshake_completes_for_both_roles() {
+    let mut p = Pair::new(1, cfg(), cfg(), LinkConfig::default());
+    let (c, s) = p.connect();
+    let Some(Event::Connected {
+        role,
+        protocol,
+        mtu,
+        guid,
+        addr,
+        ..
+    }) = p
+        .client_events
+        .iter()
+        .find(|e| matches!(e, Event::Connected { .. }))
+        .cloned()
+    else {
+        panic!()
+    };
+    assert_eq!((role, protocol, mtu), (Role::Client, 11, 1492));
+    assert_eq!(guid, p.server.guid());
+    assert_eq!(addr, p.server_addr);
+    let Some(Event::Connected {
+        role, guid, addr, ..
+    }) = p
+        .server_events
+        .iter()
+        .find(|e| matches!(e, Event::Connected { .. }))
+        .cloned()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (role, guid, addr),
+        (Role::Server, p.client.guid(), p.client_addr)
+    );
+    assert!(p.client.is_connected(c) && p.server.is_connected(s));
+    assert_eq!(p.server.stats().connections, 1);
+}
+
+#[test]
+fn handshake_survives_heavy_loss() {
+    for seed in 0..20 {
+        let link = LinkConfig {
+            loss: 0.3,
+            ..LinkConfig::default()
+        }
+        .with_delay(Duration::from_millis(20));
+        let mut p = Pair::new(seed, cfg(), cfg(), link);
+        p.client.connect(p.now, p.server_addr).unwrap();
+        let ok = p.drive_until(Duration::from_secs(10), |p| {
+            p.client_events.iter().any(|e| {
+                matches!(e, Event::Connected { .. }) || matches!(e, Event::Disconnected { .. })
+            })
+        });
+        assert!(ok, "seed {seed}: no outcome");
+        // At 30 % loss each way a 10 s handshake can legitimately fail, but rarely.
+        if failure(&p.client_events).is_some() {
+            assert_eq!(
+                failure(&p.client_events),
+                Some(ConnectError::Timeout),
+                "seed {seed}"
+            );
+        }
+    }
+}
+
+#[test]
+fn mtu_discovery_falls_back_to_what_the_path_carries() {
+    let link = LinkConfig {
+        mtu: Some(1200 - 28),
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(2, cfg(), cfg(), link);
+    let (c, _) = p.connect();
+    assert_eq!(p.client.mtu(c), Some(1200));
+    // 4 attempts of 500 ms at 1492 were dropped first.
+    assert!(
+        p.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        p.elapsed()
+    );
+}
+
+#[test]
+fn server_caps_the_mtu() {
+    let server = EndpointConfig {
+        max_mtu: 1400,
+        ..cfg()
+    };
+    let mut p = Pair::new(3, server, cfg(), LinkConfig::default());
+    let (c, s) = p.connect();
+    assert_eq!(p.client.mtu(c), Some(1400));
+    assert_eq!(p.server.mtu(s), Some(1400));
+}
+
+#[test]
+fn handshake_rejects_incompatible_protocol() {
+    let client = EndpointConfig {
+        protocol_versions: vec![5],
+        ..cfg()
+    };
+    let server = EndpointConfig {
+        protocol_versions: vec![6],
+        ..cfg()
+    };
+    let mut p = Pair::new(4, server, client, LinkConfig::default());
+    p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(
+        p.drive_until(Duration::from_secs(5), |p| failure(&p.client_events)
+            .is_some())
+    );
+    assert_eq!(
+        failure(&p.client_events),
+        Some(ConnectError::IncompatibleProtocol { server_protocol: 6 })
+    );
+    assert_eq!(p.server.stats().incompatible_protocol, 1);
+}
+
+#[test]
+fn handshake_accepts_each_configured_protocol() {
+    for protocol in [6, 10, 11] {
+        let client = EndpointConfig {
+            protocol_versions: vec![protocol],
+            ..cfg()
+        };
+        let mut p = Pair::new(5, cfg(), client, LinkConfig::default());
+        p.connect();
+        let server_protocol = p.server_events.iter().find_map(|e| match e {
+            Event::Connected { protocol, .. } => Some(*protocol),
+            _ => None,
+        });
+        assert_eq!(server_protocol, Some(protocol));
+    }
+}
+
+#[test]
+fn handshake_refused_when_full() {
+    let server = EndpointConfig {
+        accept_incoming: false,
+        ..cfg()
+    };
+    let mut p = Pair::new(6, server, cfg(), LinkConfig::default());
+    p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(
+        p.drive_until(Duration::from_secs(5), |p| failure(&p.client_events)
+            .is_some())
+    );
+    assert_eq!(
+        failure(&p.client_events),
+        Some(ConnectError::NoFreeIncomingConnections)
+    );
+}
+
+#[test]
+fn handshake_refused_when_banned() {
+    let mut p = Pair::new(7, cfg(), cfg(), LinkConfig::default());
+    p.server.ban(p.client_addr.ip());
+    p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(
+        p.drive_until(Duration::from_secs(5), |p| failure(&p.client_events)
+            .is_some())
+    );
+    assert_eq!(failure(&p.client_events), Some(ConnectError::Banned));
+}
+
+#[test]
+fn handshake_times_out_without_a_server() {
+    let mut p = Pair::new(
+        8,
+        cfg(),
+        cfg(),
+        LinkConfig {
+            loss: 1.0,
+            ..LinkConfig::default()
+        },
+    );
+    p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(
+        p.drive_until(Duration::from_secs(30), |p| failure(&p.client_events)
+            .is_some())
+    );
+    assert_eq!(failure(&p.client_events), Some(ConnectError::Timeout));
+    // 12 OCR1 attempts every 500 ms, then give up.
+    assert!(p.elapsed() <= Duration::from_secs(10), "{:?}", p.elapsed());
+    assert_eq!(p.c2s.stats().sent, 12);
+}
+
+#[test]
+fn cookies_let_real_clients_in_and_keep_spoofers_out() {
+    let server = EndpointConfig {
+        use_cookies: true,
+        ..cfg()
+    };
+    let mut p = Pair::new(9, server, cfg(), LinkConfig::default());
+    p.connect();
+    // A spoofed OCR2 (no cookie exchange) from another address is dropped silently.
+    let spoof = OpenConnectionRequest2 {
+        cookie: Some(0xdead_beef),
+        client_challenge: None,
+        server_address: p.server_addr,
+        mtu: 1492,
+        client_guid: 42,
+    };
+    p.server.handle(
+        p.now,
+        "127.0.0.1:40001".parse().unwrap(),
+        bytes::Bytes::from(spoof.to_vec()),
+    );
+    let mut buf = Vec::new();
+    assert!(p.server.poll_transmit(p.now, &mut buf).is_none());
+    assert_eq!(p.server.stats().bad_cookies, 1);
+    assert_eq!(p.server.stats().connections, 1);
+}
+
+#[test]
+fn duplicate_guid_gets_already_connected() {
+    let mut p = Pair::new(10, cfg(), cfg(), LinkConfig::default());
+    p.connect();
+    // The same client GUID from another port.
+    let ocr2 = OpenConnectionRequest2 {
+        cookie: None,
+        client_challenge: None,
+        server_address: p.server_addr,
+        mtu: 1492,
+        client_guid: p.client.guid(),
+    };
+    let other = "127.0.0.1:40002".parse().unwrap();
+    p.server
+        .handle(p.now, other, bytes::Bytes::from(ocr2.to_vec()));
+    let mut buf = Vec::new();
+    let t = p.server.poll_transmit(p.now, &mut buf).unwrap();
+    assert_eq!(t.destination, other);
+    assert_eq!(buf[0], message::id::ALREADY_CONNECTED);
+}
+
+#[test]
+fn unconnected_ping_returns_the_offline_response() {
+    let server = EndpointConfig {
+        offline_ping_response: bytes::Bytes::from_static(b"hello"),
+        ..cfg()
+    };
+    let mut p = Pair::new(
+        11,
+        server,
+        cfg(),
+        LinkConfig::default().with_delay(Duration::from_millis(5)),
+    );
+    p.client.ping(p.now, p.server_addr);
+    assert!(p.drive_until(Duration::from_secs(1), |p| !p.client_events.is_empty()));
+    match &p.client_events[0] {
+        Event::Pong { from, pong, rtt } => {
+            assert_eq!(*from, p.server_addr);
+            assert_eq!(&pong.data[..], b"hello");
+            assert_eq!(*rtt, Duration::from_millis(10));
+        }
+        other => panic!("{other:?}"),
+    }
+    p.server
+        .set_offline_ping_response(bytes::Bytes::from_static(b"MOTD 2"));
+    p.client.ping(p.now, p.server_addr);
+    assert!(p.drive_until(Duration::from_secs(1), |p| p.client_events.len() == 2));
+    assert!(matches!(&p.client_events[1], Event::Pong { pong, .. } if &pong.data[..] == b"MOTD 2"));
+}

@@ -1,0 +1,285 @@
+//! A hostile peer cannot push memory past any limit, hang the engine, or crash it.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::pair::Pair;
+use raknet_netsim::LinkConfig;
+use raknet_proto::*;
+
+fn pair() -> (Pair, ConnId) {
+    let mut p = Pair::new(
+        1,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        LinkConfig::default(),
+    );
+    let (_, s) = p.connect();
+    (p, s)
+}
+
+/// A data datagram numbered `seq` holding `frames`, as the client would send it.
+fn datagram(seq: u32, frames: &[Frame]) -> Bytes {
+    let mut out = Vec::new();
+    DataHeader::new(DatagramSeq::new(seq)).encode(&mut out);
+    for f in frames {
+        f.encode(&mut out);
+    }
+    out.into()
+}
+
+fn split_frame(index: u32, id: u16, part: u32, count: u32, len: usize) -> Frame {
+    let mut f = Frame::new(Reliability::Reliable, Bytes::from(vec![0x86; len]));
+    f.message_index = MessageIndex::new(index);
+    f.split = Some(SplitHeader {
+        count,
+        id,
+        index: part,
+    });
+    f
+}
+
+/// Hand `d` to the server as if the client sent it; replies go out on the next step.
+fn inject(p: &mut Pair, d: Bytes) {
+    p.server.handle(p.now, p.client_addr, d);
+    while let Some(e) = p.server.poll_event() {
+        p.server_events.push(e);
+    }
+}
+
+fn server_reason(p: &Pair) -> Option<DisconnectReason> {
+    p.server_events.iter().find_map(|e| match e {
+        Event::Disconnected { reason, .. } => Some(*reason),
+        _ => None,
+    })
+}
+
+#[test]
+fn split_count_over_the_limit_disconnects() {
+    let (mut p, _) = pair();
+    let parts = Limits::default().max_split_parts + 1;
+    inject(&mut p, datagram(100, &[split_frame(100, 1, 0, parts, 10)]));
+    assert_eq!(
+        server_reason(&p),
+        Some(DisconnectReason::LimitExceeded(Limit::SplitParts))
+    );
+    assert_eq!(p.server.stats().connections, 0);
+}
+
+#[test]
+fn message_bytes_over_the_limit_disconnects() {
+    let limits = Limits {
+        max_message_bytes: 4000,
+        ..Limits::default()
+    };
+    let cfg = EndpointConfig {
+        limits,
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(2, cfg, EndpointConfig::default(), LinkConfig::default());
+    p.connect();
+    for part in 0..3 {
+        inject(
+            &mut p,
+            datagram(100 + part, &[split_frame(100 + part, 9, part, 10, 1400)]),
+        );
+    }
+    assert_eq!(
+        server_reason(&p),
+        Some(DisconnectReason::LimitExceeded(Limit::MessageBytes))
+    );
+}
+
+#[test]
+fn concurrent_splits_beyond_the_limit_are_refused_and_memory_stays_bounded() {
+    let (mut p, s) = pair();
+    let limit = Limits::default().max_concurrent_splits;
+    for i in 0..(limit as u32 + 50) {
+        inject(
+            &mut p,
+            datagram(100 + i, &[split_frame(100 + i, i as u16, 0, 2, 1000)]),
+        );
+    }
+    let stats = p.server.connection_stats(s).expect("still connected");
+    assert_eq!(stats.refused_over_limit, 50);
+    assert_eq!(stats.reassembly_bytes, limit * 1000);
+}
+
+#[test]
+fn reassembly_bytes_are_bounded() {
+    let limits = Limits {
+        max_reassembly_bytes: 10_000,
+        ..Limits::default()
+    };
+    let cfg = EndpointConfig {
+        limits,
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(3, cfg, EndpointConfig::default(), LinkConfig::default());
+    let (_, s) = p.connect();
+    for i in 0..20 {
+        inject(
+            &mut p,
+            datagram(100 + i, &[split_frame(100 + i, i as u16, 0, 4, 1000)]),
+        );
+    }
+    let stats = p.server.connection_stats(s).unwrap();
+    assert_eq!(stats.reassembly_bytes, 10_000);
+    assert_eq!(stats.refused_over_limit, 10);
+}
+
+#[test]
+fn reliable_index_far_ahead_is_refused() {
+    let (mut p, s) = pair();
+    let mut f = Frame::new(Reliability::Reliable, Bytes::from_static(b"\x86far"));
+    f.message_index = MessageIndex::new(2_000_000);
+    inject(&mut p, datagram(100, &[f]));
+    let stats = p.server.connection_stats(s).unwrap();
+    assert_eq!(stats.refused_over_limit, 1);
+    assert!(!p
+        .server_events
+        .iter()
+        .any(|e| matches!(e, Event::Message { .. })));
+}
+
+#[test]
+fn held_out_of_order_messages_are_bounded_per_channel() {
+    let limits = Limits {
+        max_held_per_channel: 100,
+        ..Limits::default()
+    };
+    let cfg = EndpointConfig {
+        limits,
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(4, cfg, EndpointConfig::default(), LinkConfig::default());
+    let (_, s) = p.connect();
+    // Ordering index 0 on channel 7 never comes; 1..=150 do.
+    for i in 1..=150u32 {
+        let mut f = Frame::new(
+            Reliability::ReliableOrdered,
+            Bytes::from_static(b"\x86held"),
+        );
+        f.message_index = MessageIndex::new(100 + i);
+        f.order_index = OrderIndex::new(i);
+        f.order_channel = 7;
+        inject(&mut p, datagram(100 + i, &[f]));
+    }
+    let stats = p.server.connection_stats(s).unwrap();
+    assert_eq!(stats.held_for_ordering, 100);
+    assert_eq!(stats.refused_over_limit, 50);
+}
+
+#[test]
+fn huge_ack_ranges_are_walked_only_up_to_the_limit() {
+    let (mut p, s) = pair();
+    let ack = Ack {
+        timestamp: None,
+        arrival_rate: None,
+        ranges: (0..100)
+            .map(|_| AckRange {
+                start: DatagramSeq::ZERO,
+                end: DatagramSeq::new(0xff_fffe),
+            })
+            .collect(),
+    };
+    inject(&mut p, Bytes::from(ack.to_vec()));
+    let nak = Nak {
+        ranges: vec![AckRange {
+            start: DatagramSeq::ZERO,
+            end: DatagramSeq::MAX,
+        }],
+    };
+    inject(&mut p, Bytes::from(nak.to_vec()));
+    let stats = p.server.connection_stats(s).unwrap();
+    let walked_max = u64::from(Limits::default().max_ack_numbers);
+    assert_eq!(
+        stats.ack_numbers_ignored,
+        100 * 0xff_ffff - walked_max + (1 << 24) - walked_max
+    );
+}
+
+#[test]
+fn garbage_is_counted_and_never_crashes() {
+    let (mut p, s) = pair();
+    for d in [
+        &b"\x84"[..],
+        b"\x84\x00\x00",
+        b"\x84\x05\x00\x00\x60\xff\xff",
+        b"\xc0\xff",
+        b"\xa0\x00\x01\x00\xff\xff\xff\x00\x00\x00",
+    ] {
+        inject(&mut p, Bytes::copy_from_slice(d));
+    }
+    assert!(p.server.connection_stats(s).unwrap().malformed >= 3);
+    // From an unknown address: dropped without a reply.
+    let mut buf = Vec::new();
+    while p.server.poll_transmit(p.now, &mut buf).is_some() {}
+    p.server.handle(
+        p.now,
+        "127.0.0.1:1".parse().unwrap(),
+        Bytes::from_static(b"\x84\x00\x00\x00"),
+    );
+    assert_eq!(p.server.stats().unknown_peer, 1);
+    assert!(p.server.poll_transmit(p.now, &mut buf).is_none());
+}
+
+#[test]
+fn connection_limit_answers_no_free_incoming_connections() {
+    let limits = Limits {
+        max_connections: 1,
+        ..Limits::default()
+    };
+    let cfg = EndpointConfig {
+        limits,
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(5, cfg, EndpointConfig::default(), LinkConfig::default());
+    p.connect();
+    let ocr2 = OpenConnectionRequest2 {
+        cookie: None,
+        client_challenge: None,
+        server_address: p.server_addr,
+        mtu: 1492,
+        client_guid: 77,
+    };
+    let other = "127.0.0.1:40009".parse().unwrap();
+    p.server.handle(p.now, other, Bytes::from(ocr2.to_vec()));
+    let mut buf = Vec::new();
+    p.server.poll_transmit(p.now, &mut buf).unwrap();
+    assert_eq!(buf[0], message::id::NO_FREE_INCOMING_CONNECTIONS);
+    assert_eq!(p.server.stats().refused_full, 1);
+}
+
+#[test]
+fn repeated_connection_requests_are_not_answered_again() {
+    let (mut p, _) = pair();
+    let req = ConnectionRequest {
+        client_guid: p.client.guid(),
+        time: 1,
+        use_security: false,
+        password: Bytes::new(),
+    };
+    for i in 0..20u32 {
+        let mut f = Frame::new(Reliability::Reliable, Bytes::from(req.to_vec()));
+        f.message_index = MessageIndex::new(100 + i);
+        inject(&mut p, datagram(100 + i, &[f]));
+    }
+    // Everything the server sends in the next second: ACKs and NAKs, but no 0x10
+    // (repeating 0x09 must not turn the server into a 0x10 reflector).
+    let mut buf = Vec::new();
+    let end = p.now + Duration::from_secs(1);
+    while p.now < end {
+        p.server.handle_timeout(p.now);
+        while p.server.poll_transmit(p.now, &mut buf).is_some() {
+            if let Ok(d) = Datagram::decode(Bytes::copy_from_slice(&buf), false) {
+                for f in d.frames().flatten() {
+                    assert_ne!(f.payload[0], message::id::CONNECTION_REQUEST_ACCEPTED);
+                }
+            }
+        }
+        p.now += Duration::from_millis(5);
+    }
+}
