@@ -215,7 +215,7 @@ fn b3_connection_request_accepted_with_10_addresses() {
     assert_eq!(frame.reliability, Reliability::ReliableOrdered);
     assert_eq!(frame.payload.len(), 96);
     let mut internal = vec![sock("127.0.0.1:29001")];
-    internal.extend(std::iter::repeat(addr::UNASSIGNED).take(9));
+    internal.extend(std::iter::repeat_n(addr::UNASSIGNED, 9));
     let m = ConnectionRequestAccepted {
         client_address: sock("127.0.0.1:29050"),
         system_index: 0,
@@ -286,7 +286,7 @@ fn c3_new_incoming_connection_and_ping_in_one_datagram() {
     assert_eq!(frames.len(), 2);
     assert_eq!(frames[0].message_index, MessageIndex::new(1));
     let mut internal = vec![sock("127.0.0.1:29060")];
-    internal.extend(std::iter::repeat(addr::UNASSIGNED).take(9));
+    internal.extend(std::iter::repeat_n(addr::UNASSIGNED, 9));
     exact(
         &frames[0].payload,
         &NewIncomingConnection {
