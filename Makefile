@@ -4,7 +4,7 @@
 #   make test     every check CI runs: rustfmt, clippy, cargo test, mix format, mix test
 #   make lint     the formatting and clippy checks alone
 #   make build    build the NIF and the Elixir app (mix compile; MIX_ENV defaults to dev)
-#   make bench    benchmarks (codec micro-benchmark)
+#   make bench    benchmarks: codec decoding, engine messages/s and bulk transfer over the simulator
 #   make fuzz     run every cargo-fuzz target for FUZZ_SECONDS each (default 60)
 #   make venv     Python venv with official RakNet (PyPI `raknet`), for interop tests
 #   make clean    remove build output (Mix and cargo)
@@ -65,7 +65,9 @@ server: deps
 	cargo run --release -p raknet-proto --example echo_server -- $(or $(ADDRESS),127.0.0.1:19132)
 
 bench: deps
-	cargo run --release -p raknet-bench --bin codec
+	cargo build --release -p raknet-bench
+	./target/release/codec
+	./target/release/engine
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := datagram frame ack offline connected_message address

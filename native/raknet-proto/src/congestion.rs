@@ -94,7 +94,10 @@ impl Controller for SlidingWindow {
             return;
         }
         self.block_end = Some(self.next_seq);
-        self.ssthresh = (self.cwnd / 2).max(self.mtu * 2);
+        // A NAK reduces the window to 0.7x (CUBIC's factor; official RakNet only lowers
+        // ssthresh, Reno halves): enough to yield under congestion without collapsing on
+        // random loss. A timeout means the path went quiet: start again from two datagrams.
+        self.ssthresh = (self.cwnd * 7 / 10).max(self.mtu * 2);
         self.cwnd = match event {
             CongestionEvent::Nak => self.ssthresh,
             CongestionEvent::Timeout => self.mtu * 2,
@@ -179,12 +182,12 @@ mod tests {
         cc.on_ack(DatagramSeq::new(4), 1000, true);
         assert_eq!(cc.window(), 8000, "app-limited ACKs do not grow the window");
         cc.on_congestion_event(DatagramSeq::new(2), CongestionEvent::Nak);
-        assert_eq!(cc.window(), 4000);
+        assert_eq!(cc.window(), 5600);
         assert!(!cc.in_slow_start());
         cc.on_congestion_event(DatagramSeq::new(3), CongestionEvent::Nak);
-        assert_eq!(cc.window(), 4000, "one reaction per block");
+        assert_eq!(cc.window(), 5600, "one reaction per block");
         cc.on_ack(DatagramSeq::new(5), 1000, false);
-        assert_eq!(cc.window(), 4250);
+        assert_eq!(cc.window(), 5778);
         cc.on_sent(DatagramSeq::new(9));
         cc.on_congestion_event(DatagramSeq::new(8), CongestionEvent::Timeout);
         assert_eq!(cc.window(), 2000);

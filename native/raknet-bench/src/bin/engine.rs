@@ -1,0 +1,225 @@
+//! Engine benchmarks over the simulator (in-process, virtual clock for the network, wall
+//! clock for CPU cost). Not a test: it reports numbers and asserts only that the transfer
+//! completed.
+//!
+//! 1. 64-byte RELIABLE_ORDERED messages through two engines on a perfect link:
+//!    messages/s and ns of CPU per message (send + receive + ACK processing, both sides).
+//! 2. One 16 MiB RELIABLE_ORDERED message over a 10 ms one-way link at 0 %, 1 % and 5 % loss:
+//!    completion time and MB/s in virtual time (protocol efficiency), and the CPU it took.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use raknet_netsim::{Link, LinkConfig};
+use raknet_proto::{ConnId, Endpoint, EndpointConfig, Event, Limits, Reliability, SendOptions};
+
+struct Pair {
+    now: Instant,
+    server: Endpoint,
+    client: Endpoint,
+    server_addr: SocketAddr,
+    client_addr: SocketAddr,
+    c2s: Link,
+    s2c: Link,
+    buf: Vec<u8>,
+    delivered: usize,
+    delivered_bytes: usize,
+}
+
+impl Pair {
+    fn new(config: EndpointConfig, link: LinkConfig, seed: u64) -> Self {
+        let now = Instant::now();
+        let server_addr: SocketAddr = "127.0.0.1:19132".parse().unwrap();
+        let client_addr: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        Self {
+            now,
+            server: Endpoint::new(
+                EndpointConfig {
+                    rng_seed: seed,
+                    ..config.clone()
+                },
+                server_addr,
+                now,
+            ),
+            client: Endpoint::new(
+                EndpointConfig {
+                    rng_seed: seed + 1,
+                    ..config
+                },
+                client_addr,
+                now,
+            ),
+            server_addr,
+            client_addr,
+            c2s: Link::new(link.clone(), seed + 2),
+            s2c: Link::new(link, seed + 3),
+            buf: Vec::with_capacity(2048),
+            delivered: 0,
+            delivered_bytes: 0,
+        }
+    }
+
+    fn settle(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
+                self.c2s.send(self.now, self.buf[..t.size].to_vec());
+                moved = true;
+            }
+            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
+                self.s2c.send(self.now, self.buf[..t.size].to_vec());
+                moved = true;
+            }
+            while let Some(d) = self.c2s.poll_recv(self.now) {
+                self.server
+                    .handle(self.now, self.client_addr, Bytes::from(d));
+                moved = true;
+            }
+            while let Some(d) = self.s2c.poll_recv(self.now) {
+                self.client
+                    .handle(self.now, self.server_addr, Bytes::from(d));
+                moved = true;
+            }
+            while let Some(e) = self.server.poll_event() {
+                if let Event::Message { payload, .. } = e {
+                    self.delivered += 1;
+                    self.delivered_bytes += payload.len();
+                }
+            }
+            while self.client.poll_event().is_some() {}
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn step(&mut self) -> bool {
+        self.settle();
+        let next = [
+            self.server.poll_timeout(),
+            self.client.poll_timeout(),
+            self.c2s.poll_timeout(),
+            self.s2c.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(next) = next else { return false };
+        self.now = next.max(self.now + Duration::from_micros(1));
+        self.server.handle_timeout(self.now);
+        self.client.handle_timeout(self.now);
+        true
+    }
+
+    fn connect(&mut self) -> ConnId {
+        let id = self.client.connect(self.now, self.server_addr).unwrap();
+        while !self.client.is_connected(id) || self.server.stats().connections == 0 {
+            assert!(self.step(), "handshake stalled");
+        }
+        self.settle();
+        id
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn small_messages() {
+    const MESSAGES: usize = 200_000;
+    const BATCH: usize = 1000;
+    let mut rates = Vec::new();
+    let mut ns = Vec::new();
+    for run in 0..5 {
+        let mut p = Pair::new(EndpointConfig::default(), LinkConfig::default(), 10 + run);
+        let c = p.connect();
+        let payload = Bytes::from(vec![0x86; 64]);
+        let opts = SendOptions::new(Reliability::ReliableOrdered);
+        let start = Instant::now();
+        let mut sent = 0;
+        while p.delivered < MESSAGES {
+            // Keep a bounded backlog, as an application would.
+            while sent < MESSAGES && sent - p.delivered < BATCH * 4 {
+                p.client.send(p.now, c, payload.clone(), opts).unwrap();
+                sent += 1;
+            }
+            if !p.step() {
+                p.settle();
+            }
+        }
+        let wall = start.elapsed().as_secs_f64();
+        rates.push(MESSAGES as f64 / wall);
+        ns.push(wall * 1e9 / MESSAGES as f64);
+    }
+    println!(
+        "64 B reliable_ordered, perfect link: median {:.0} messages/s, {:.0} ns/message (CPU, both engines; {} runs x {MESSAGES})",
+        median(rates),
+        median(ns.clone()),
+        ns.len()
+    );
+}
+
+fn bulk(loss: f64) {
+    const SIZE: usize = 16 << 20;
+    let limits = Limits {
+        max_message_bytes: 32 << 20,
+        max_send_queue_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    let config = EndpointConfig {
+        limits,
+        timeout: Duration::from_secs(60),
+        ..EndpointConfig::default()
+    };
+    let link = LinkConfig {
+        loss,
+        ..LinkConfig::default()
+    }
+    .with_delay(Duration::from_millis(10));
+    let mut virtual_s = Vec::new();
+    let mut cpu_s = Vec::new();
+    for run in 0..3 {
+        let mut p = Pair::new(config.clone(), link.clone(), 100 + run);
+        let c = p.connect();
+        let mut data = vec![0u8; SIZE];
+        data[0] = 0x86;
+        let start_virtual = p.now;
+        let start = Instant::now();
+        p.client
+            .send(
+                p.now,
+                c,
+                Bytes::from(data),
+                SendOptions::new(Reliability::ReliableOrdered),
+            )
+            .unwrap();
+        while p.delivered == 0 {
+            assert!(p.step(), "transfer stalled");
+            assert!(
+                p.now - start_virtual < Duration::from_secs(600),
+                "transfer took over 600 s virtual"
+            );
+        }
+        assert_eq!(p.delivered_bytes, SIZE);
+        virtual_s.push((p.now - start_virtual).as_secs_f64());
+        cpu_s.push(start.elapsed().as_secs_f64());
+    }
+    let v = median(virtual_s);
+    println!(
+        "16 MiB reliable_ordered, 10 ms one way, {:>2.0} % loss: median {:.2} s virtual = {:.1} MB/s; CPU {:.2} s = {:.0} MB/s of engine throughput",
+        loss * 100.0,
+        v,
+        SIZE as f64 / v / 1e6,
+        median(cpu_s.clone()),
+        SIZE as f64 / median(cpu_s) / 1e6
+    );
+}
+
+fn main() {
+    small_messages();
+    for loss in [0.0, 0.01, 0.05] {
+        bulk(loss);
+    }
+}
