@@ -38,6 +38,51 @@ defmodule RakNet.Native do
   @spec build_info() :: build_info()
   def build_info, do: :erlang.nif_error(:nif_not_loaded)
 
+  # The runtime; see docs/nif-contract.md for every function and message.
+
+  @doc false
+  @spec endpoint_start(map(), pid()) :: {:ok, reference()} | {:error, term()}
+  def endpoint_start(_opts, _owner), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_info(reference()) :: map() | {:error, :closed}
+  def endpoint_info(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_set_offline_ping_response(reference(), binary()) :: :ok
+  def endpoint_set_offline_ping_response(_endpoint, _data), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_connect(reference(), binary(), :inet.port_number(), pid()) ::
+          {:ok, reference()} | {:error, term()}
+  def endpoint_connect(_endpoint, _host, _port, _owner), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_stop(reference()) :: :ok
+  def endpoint_stop(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec conn_set_owner(reference(), pid()) :: :ok | {:error, :closed}
+  def conn_set_owner(_conn, _pid), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec conn_send(reference(), atom(), non_neg_integer(), atom(), binary()) ::
+          {:ok, nil | pos_integer()} | {:error, atom()}
+  def conn_send(_conn, _reliability, _channel, _priority, _data),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec conn_close(reference()) :: :ok
+  def conn_close(_conn), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec conn_info(reference()) :: {:ok, map()} | {:error, :closed}
+  def conn_info(_conn), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec conn_delivered(reference(), non_neg_integer()) :: :ok
+  def conn_delivered(_conn, _count), do: :erlang.nif_error(:nif_not_loaded)
+
   # `:erlang.load_nif/2` takes the path without its extension and appends .so (on every Unix,
   # macOS included). `:code.priv_dir/1` is Application.app_dir(:raknet, "priv"), without raising
   # when :raknet is not in the code path.

@@ -1,14 +1,31 @@
-//! The Erlang NIF library behind `RakNet.Native`.
+//! The Erlang NIF library behind `RakNet.Native`: UDP sockets and the `raknet-proto` engine on
+//! Rust threads, delivering to BEAM processes. The interface is `docs/nif-contract.md`.
 //!
-//! The BEAM loads this `cdylib` from `priv/native/libraknet_nif.so` (see `lib/raknet/native.ex`
-//! and the `compile.raknet_native` Mix compiler). Functions here run on scheduler threads, so each
-//! one validates its arguments, does a small bounded amount of work and returns at once.
-//!
-//! For now the library exposes only [`build_info`]; sockets and the protocol engine come later.
+//! Every NIF here runs on a scheduler thread (the two `*_info` calls on a dirty I/O scheduler,
+//! since they wait for the endpoint thread's answer): it validates its arguments, enqueues a
+//! command and returns at once. Sockets, timers and delivery live on the endpoint threads
+//! (`driver.rs`), one per endpoint.
 
 mod atoms;
+mod command;
+mod convert;
+mod driver;
+mod resource;
 
-use rustler::{Encoder, Env, NifResult, Term};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::sync_channel;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use raknet_proto::{Endpoint, SendOptions, ORDERING_CHANNELS};
+use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
+
+use crate::command::Command;
+use crate::resource::{ConnResource, EndpointResource};
+
+/// Socket buffers requested for every endpoint (the kernel may cap them at rmem_max).
+const SOCKET_BUFFER: usize = 8 << 20;
 
 /// Return a map describing this build of the library.
 ///
@@ -38,6 +55,283 @@ fn build_info(env: Env<'_>) -> NifResult<Term<'_>> {
     ];
     // Fails only on duplicate keys, which the fixed atoms above rule out.
     Term::map_from_pairs(env, &pairs)
+}
+
+fn error<'a>(env: Env<'a>, reason: impl Encoder) -> Term<'a> {
+    (atoms::error(), reason).encode(env)
+}
+
+fn io_error(e: &std::io::Error) -> Atom {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => atoms::eaddrinuse(),
+        std::io::ErrorKind::PermissionDenied => atoms::eacces(),
+        std::io::ErrorKind::AddrNotAvailable => atoms::eaddrnotavail(),
+        _ => atoms::einval(),
+    }
+}
+
+/// Bind a UDP socket the way the endpoint wants it: large buffers, IPv6-only for IPv6 (IPv4
+/// gets its own socket), non-blocking.
+fn bind(addr: SocketAddr) -> std::io::Result<StdUdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+#[rustler::nif]
+fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a> {
+    let options = match convert::endpoint_options(opts) {
+        Ok(o) => o,
+        Err(key) => {
+            return error(
+                env,
+                (
+                    atoms::invalid_option(),
+                    Atom::from_str(env, key).map_or(atoms::einval(), |a| a),
+                ),
+            )
+        }
+    };
+    let socket = match bind(options.bind) {
+        Ok(s) => s,
+        Err(e) => return error(env, io_error(&e)),
+    };
+    let local = match socket.local_addr() {
+        Ok(a) => a,
+        Err(e) => return error(env, io_error(&e)),
+    };
+    let endpoint = Endpoint::new(options.config, local, Instant::now());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let me = ResourceArc::new(EndpointResource {
+        tx,
+        local,
+        guid: endpoint.guid(),
+    });
+    env.monitor(&me, &owner);
+    let thread_me = me.clone();
+    let max_pending = options.max_pending_deliveries;
+    let spawned = std::thread::Builder::new()
+        .name(format!("raknet-{}", local.port()))
+        .spawn(move || {
+            let run = std::panic::AssertUnwindSafe(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .enable_time()
+                    .build()?;
+                runtime.block_on(async move {
+                    let socket = tokio::net::UdpSocket::from_std(socket)?;
+                    driver::Driver::new(endpoint, socket, rx, thread_me, owner, max_pending)
+                        .run()
+                        .await;
+                    Ok::<(), std::io::Error>(())
+                })
+            });
+            // A panic ends this endpoint only: the BEAM and every other endpoint live on.
+            if let Err(panic) = std::panic::catch_unwind(run) {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("?");
+                eprintln!(
+                    "raknet: endpoint thread on port {} panicked: {what}",
+                    local.port()
+                );
+            }
+        });
+    match spawned {
+        Ok(_) => (atoms::ok(), me).encode(env),
+        Err(e) => error(env, io_error(&e)),
+    }
+}
+
+/// Ask the endpoint thread for a term (waits up to a second; dirty scheduler).
+fn ask<'a>(
+    env: Env<'a>,
+    tx: &tokio::sync::mpsc::UnboundedSender<Command>,
+    key: Option<u64>,
+) -> Option<Term<'a>> {
+    let (reply, answer) = sync_channel(1);
+    tx.send(Command::Info { key, reply }).ok()?;
+    let (owned, saved) = answer.recv_timeout(Duration::from_secs(1)).ok()??;
+    Some(owned.run(|e| saved.load(e).in_env(env)))
+}
+
+#[rustler::nif(schedule = "DirtyIo")]
+fn endpoint_info(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<'_> {
+    ask(env, &endpoint.tx, None).unwrap_or_else(|| error(env, atoms::closed()))
+}
+
+#[rustler::nif]
+fn endpoint_set_offline_ping_response(
+    endpoint: ResourceArc<EndpointResource>,
+    data: Binary<'_>,
+) -> Atom {
+    let _ = endpoint
+        .tx
+        .send(Command::SetPong(Bytes::copy_from_slice(data.as_slice())));
+    atoms::ok()
+}
+
+#[rustler::nif]
+fn endpoint_stop(endpoint: ResourceArc<EndpointResource>) -> Atom {
+    let _ = endpoint.tx.send(Command::Stop);
+    atoms::ok()
+}
+
+#[rustler::nif]
+fn endpoint_connect<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    host: String,
+    port: u16,
+    owner: LocalPid,
+) -> Term<'a> {
+    let ip = match host.as_str() {
+        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        other => match other.parse::<IpAddr>() {
+            Ok(ip) => ip,
+            // Names are resolved by the Elixir side (:inet.getaddr); nothing here blocks on DNS.
+            Err(_) => return error(env, atoms::nxdomain()),
+        },
+    };
+    if ip.is_ipv4() != endpoint.local.is_ipv4() {
+        return error(env, atoms::einval());
+    }
+    let limits = raknet_proto::Limits::default();
+    let conn = ResourceArc::new(ConnResource::new(
+        endpoint.tx.clone(),
+        limits.max_send_queue_bytes,
+        limits.max_message_bytes,
+    ));
+    *conn.monitor.lock().unwrap_or_else(|p| p.into_inner()) = env.monitor(&conn, &owner);
+    if endpoint
+        .tx
+        .send(Command::Connect {
+            conn: conn.clone(),
+            addr: SocketAddr::new(ip, port),
+            owner,
+        })
+        .is_err()
+    {
+        return error(env, atoms::closed());
+    }
+    (atoms::ok(), conn).encode(env)
+}
+
+#[rustler::nif]
+fn conn_set_owner(env: Env<'_>, conn: ResourceArc<ConnResource>, pid: LocalPid) -> Term<'_> {
+    if conn.closed.load(Ordering::Relaxed) && conn.tx.is_closed() {
+        return error(env, atoms::closed());
+    }
+    let mut monitor = conn.monitor.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(old) = monitor.take() {
+        env.demonitor(&conn, &old);
+    }
+    *monitor = env.monitor(&conn, &pid);
+    drop(monitor);
+    match conn.tx.send(Command::SetOwner { key: conn.key, pid }) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
+#[rustler::nif]
+fn conn_send<'a>(
+    env: Env<'a>,
+    conn: ResourceArc<ConnResource>,
+    reliability: Atom,
+    channel: i64,
+    priority: Atom,
+    data: Binary<'a>,
+) -> Term<'a> {
+    let Some(reliability) = convert::reliability(reliability) else {
+        return error(env, atoms::bad_reliability());
+    };
+    let Some(priority) = convert::priority(priority) else {
+        return error(env, atoms::bad_priority());
+    };
+    let Ok(channel) = u8::try_from(channel).map_err(|_| ()).and_then(|c| {
+        if c < ORDERING_CHANNELS {
+            Ok(c)
+        } else {
+            Err(())
+        }
+    }) else {
+        return error(env, atoms::bad_channel());
+    };
+    if conn.closed.load(Ordering::Relaxed) {
+        return error(env, atoms::closed());
+    }
+    let len = data.len();
+    if len == 0 {
+        return error(env, atoms::empty());
+    }
+    if len > conn.max_message_bytes {
+        return error(env, atoms::too_large());
+    }
+    let queued = conn.pending_bytes.load(Ordering::Relaxed) + conn.backlog.load(Ordering::Relaxed);
+    if queued + len > conn.max_send_bytes {
+        return error(env, atoms::over_budget());
+    }
+    let receipt = reliability.has_receipt().then(|| conn.receipt_id());
+    conn.pending_bytes.fetch_add(len, Ordering::Relaxed);
+    let cmd = Command::Send {
+        key: conn.key,
+        data: Bytes::copy_from_slice(data.as_slice()),
+        opts: SendOptions {
+            reliability,
+            channel,
+            priority,
+        },
+        receipt,
+    };
+    if conn.tx.send(cmd).is_err() {
+        return error(env, atoms::closed());
+    }
+    match receipt {
+        Some(id) => (atoms::ok(), id).encode(env),
+        None => (atoms::ok(), atoms::nil()).encode(env),
+    }
+}
+
+#[rustler::nif]
+fn conn_close(conn: ResourceArc<ConnResource>) -> Atom {
+    let _ = conn.tx.send(Command::Close { key: conn.key });
+    atoms::ok()
+}
+
+#[rustler::nif(schedule = "DirtyIo")]
+fn conn_info(env: Env<'_>, conn: ResourceArc<ConnResource>) -> Term<'_> {
+    if conn.closed.load(Ordering::Relaxed) {
+        return error(env, atoms::closed());
+    }
+    match ask(env, &conn.tx, Some(conn.key)) {
+        Some(info) => (atoms::ok(), info).encode(env),
+        None => error(env, atoms::closed()),
+    }
+}
+
+#[rustler::nif]
+fn conn_delivered(conn: ResourceArc<ConnResource>, count: usize) -> Atom {
+    let _ = conn
+        .undelivered
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n.saturating_sub(count))
+        });
+    atoms::ok()
 }
 
 rustler::init!("Elixir.RakNet.Native");

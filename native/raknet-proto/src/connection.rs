@@ -309,6 +309,10 @@ impl Connection {
         matches!(self.state, State::Offline { .. })
     }
 
+    pub(crate) fn send_backlog(&self) -> usize {
+        self.queue.bytes + self.flight.unacked_payload
+    }
+
     pub(crate) fn stats(&self) -> ConnectionStats {
         let mut s = self.stats.clone();
         s.srtt = self.rtt.srtt();

@@ -113,6 +113,24 @@ pub struct Transmit {
     pub size: usize,
 }
 
+/// A connection's identity: who the peer is and what was negotiated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionInfo {
+    /// The peer's address.
+    pub addr: SocketAddr,
+    /// The peer's GUID.
+    pub guid: u64,
+    /// Which side opened the connection.
+    pub role: Role,
+    /// The RakNet protocol version.
+    pub protocol: u8,
+    /// The MTU.
+    pub mtu: u16,
+    /// Whether the handshake has completed.
+    pub connected: bool,
+}
+
 /// Endpoint-wide counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -244,6 +262,29 @@ impl Endpoint {
     /// A connection's counters, if it exists.
     pub fn connection_stats(&self, id: ConnId) -> Option<ConnectionStats> {
         self.conn(id).map(Connection::stats)
+    }
+
+    /// A connection's identity, if it exists.
+    pub fn connection_info(&self, id: ConnId) -> Option<ConnectionInfo> {
+        self.conn(id).map(|c| ConnectionInfo {
+            addr: c.addr(),
+            guid: c.peer_guid(),
+            role: c.role(),
+            protocol: c.protocol(),
+            mtu: c.mtu(),
+            connected: c.is_connected(),
+        })
+    }
+
+    /// The connection with peer `addr`, if any.
+    pub fn conn_by_addr(&self, addr: SocketAddr) -> Option<ConnId> {
+        self.by_addr.get(&addr::unmap(addr)).copied()
+    }
+
+    /// Bytes a connection has queued or sent without acknowledgement (what
+    /// [`Limits::max_send_queue_bytes`](crate::Limits::max_send_queue_bytes) bounds).
+    pub fn send_backlog(&self, id: ConnId) -> Option<usize> {
+        self.conn(id).map(Connection::send_backlog)
     }
 
     /// A connection's peer address, if it exists.

@@ -66,7 +66,7 @@ pub use datagram::{
     flags, Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, DATAGRAM_HEADER_RESERVED,
     IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
-pub use endpoint::{ConnId, Endpoint, EndpointStats, Event, Transmit};
+pub use endpoint::{ConnId, ConnectionInfo, Endpoint, EndpointStats, Event, Transmit};
 pub use error::{ConnectError, DecodeError, DisconnectReason, Limit, SendError};
 pub use frame::{
     Frame, Frames, SplitHeader, MAX_FRAME_HEADER_LEN, MAX_FRAME_PAYLOAD, ORDERING_CHANNELS,

@@ -1,0 +1,43 @@
+//! What NIF calls ask of an endpoint's thread. Sent over an unbounded channel whose memory is
+//! bounded by the per-connection send budget checked before enqueueing.
+
+use std::net::SocketAddr;
+use std::sync::mpsc::SyncSender;
+
+use bytes::Bytes;
+use raknet_proto::SendOptions;
+use rustler::env::SavedTerm;
+use rustler::{LocalPid, OwnedEnv, ResourceArc};
+
+use crate::resource::ConnResource;
+
+pub(crate) enum Command {
+    Send {
+        key: u64,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    },
+    Close {
+        key: u64,
+    },
+    OwnerDown {
+        key: u64,
+    },
+    SetOwner {
+        key: u64,
+        pid: LocalPid,
+    },
+    Connect {
+        conn: ResourceArc<ConnResource>,
+        addr: SocketAddr,
+        owner: LocalPid,
+    },
+    SetPong(Bytes),
+    /// Answer with a term built in the given env (for the dirty `*_info` NIFs).
+    Info {
+        key: Option<u64>,
+        reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
+    },
+    Stop,
+}

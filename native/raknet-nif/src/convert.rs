@@ -1,0 +1,243 @@
+//! Terms to Rust and back: options, reliabilities, priorities, addresses, reasons, stats.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use raknet_proto::{
+    ConnectError, ConnectionStats, DisconnectReason, EndpointConfig, Limit, Limits, Priority,
+    Reliability,
+};
+use rustler::{Atom, Encoder, Env, Term};
+
+use crate::atoms;
+
+/// Endpoint options decoded from the `endpoint_start` map.
+pub(crate) struct EndpointOptions {
+    pub(crate) bind: SocketAddr,
+    pub(crate) config: EndpointConfig,
+    pub(crate) max_pending_deliveries: usize,
+}
+
+fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<T, &'static str> {
+    let env = map.get_env();
+    let k = Atom::from_str(env, key).map_err(|_| key)?;
+    map.map_get(k).and_then(|v| v.decode()).map_err(|_| key)
+}
+
+/// Decode the option map; the error names the offending key.
+pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'static str> {
+    let host: String = get(map, "host")?;
+    let ip: IpAddr = host.parse().map_err(|_| "host")?;
+    let port: u16 = get(map, "port")?;
+    let protocol_versions: Vec<u8> = get(map, "protocol_versions")?;
+    if protocol_versions.is_empty() {
+        return Err("protocol_versions");
+    }
+    let min_mtu: u16 = get(map, "min_mtu")?;
+    let max_mtu: u16 = get(map, "max_mtu")?;
+    if !(400..=max_mtu).contains(&min_mtu) || max_mtu > 1500 {
+        return Err("max_mtu");
+    }
+    let timeout_ms: u64 = get(map, "timeout_ms")?;
+    let guid: Option<u64> = get(map, "guid")?;
+    let offline: rustler::Binary = get(map, "offline_ping_response")?;
+    let max_connections: usize = get(map, "max_connections")?;
+    let config = EndpointConfig {
+        rng_seed: seed(),
+        guid,
+        protocol_versions,
+        accept_incoming: get(map, "accept_incoming")?,
+        max_mtu,
+        min_mtu,
+        mtu_probes: [1492, 1200, 576]
+            .into_iter()
+            .map(|m: u16| m.min(max_mtu))
+            .collect(),
+        use_cookies: get(map, "use_cookies")?,
+        internal_addresses: get(map, "max_number_of_internal_ids")?,
+        datagram_timestamps: get(map, "include_timestamp_with_datagrams")?,
+        timeout: Duration::from_millis(timeout_ms.max(100)),
+        offline_ping_response: bytes::Bytes::copy_from_slice(offline.as_slice()),
+        limits: Limits {
+            max_connections,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    Ok(EndpointOptions {
+        bind: SocketAddr::new(ip, port),
+        config,
+        max_pending_deliveries: get::<usize>(map, "max_pending_deliveries")?.max(16),
+    })
+}
+
+/// A seed for GUIDs and cookie keys: the engine takes randomness from its config, so the
+/// runtime supplies some from the standard library's randomly keyed hasher.
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+pub(crate) fn reliability(a: Atom) -> Option<Reliability> {
+    Some(match a {
+        a if a == atoms::unreliable() => Reliability::Unreliable,
+        a if a == atoms::unreliable_sequenced() => Reliability::UnreliableSequenced,
+        a if a == atoms::reliable() => Reliability::Reliable,
+        a if a == atoms::reliable_ordered() => Reliability::ReliableOrdered,
+        a if a == atoms::reliable_sequenced() => Reliability::ReliableSequenced,
+        a if a == atoms::unreliable_ack_receipt() => Reliability::UnreliableWithAckReceipt,
+        a if a == atoms::reliable_ack_receipt() => Reliability::ReliableWithAckReceipt,
+        a if a == atoms::reliable_ordered_ack_receipt() => {
+            Reliability::ReliableOrderedWithAckReceipt
+        }
+        _ => return None,
+    })
+}
+
+pub(crate) fn priority(a: Atom) -> Option<Priority> {
+    Some(match a {
+        a if a == atoms::immediate() => Priority::Immediate,
+        a if a == atoms::high() => Priority::High,
+        a if a == atoms::medium() => Priority::Medium,
+        a if a == atoms::low() => Priority::Low,
+        _ => return None,
+    })
+}
+
+/// `{ip_tuple, port}` as `:inet` writes addresses.
+pub(crate) fn address<'a>(env: Env<'a>, addr: SocketAddr) -> Term<'a> {
+    let ip = match addr.ip() {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            (a, b, c, d).encode(env)
+        }
+        IpAddr::V6(v6) => {
+            let segments: Vec<Term<'a>> = v6.segments().iter().map(|s| s.encode(env)).collect();
+            rustler::types::tuple::make_tuple(env, &segments)
+        }
+    };
+    (ip, addr.port()).encode(env)
+}
+
+pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
+    match reason {
+        Reason::Engine(r) => match r {
+            DisconnectReason::PeerClosed => atoms::peer_closed().encode(env),
+            DisconnectReason::Timeout => atoms::timeout().encode(env),
+            DisconnectReason::LocalClose => atoms::local_close().encode(env),
+            DisconnectReason::Shutdown => atoms::shutdown().encode(env),
+            DisconnectReason::LimitExceeded(Limit::SplitParts) => {
+                (atoms::limit_exceeded(), atoms::split_parts()).encode(env)
+            }
+            DisconnectReason::LimitExceeded(Limit::MessageBytes) => {
+                (atoms::limit_exceeded(), atoms::message_bytes()).encode(env)
+            }
+            DisconnectReason::ProtocolViolation(text) => {
+                (atoms::protocol_violation(), *text).encode(env)
+            }
+            DisconnectReason::ConnectFailed(e) => connect_error(env, *e),
+            _ => atoms::internal_error().encode(env),
+        },
+        Reason::Overloaded => atoms::overloaded().encode(env),
+    }
+}
+
+pub(crate) fn connect_error<'a>(env: Env<'a>, e: ConnectError) -> Term<'a> {
+    match e {
+        ConnectError::IncompatibleProtocol { server_protocol } => {
+            (atoms::incompatible_protocol(), server_protocol).encode(env)
+        }
+        ConnectError::NoFreeIncomingConnections => {
+            atoms::no_free_incoming_connections().encode(env)
+        }
+        ConnectError::Banned => atoms::banned().encode(env),
+        ConnectError::AlreadyConnected => atoms::already_connected().encode(env),
+        ConnectError::IpRecentlyConnected => atoms::ip_recently_connected().encode(env),
+        ConnectError::SecurityRequired => atoms::security_required().encode(env),
+        ConnectError::InvalidPassword => atoms::invalid_password().encode(env),
+        ConnectError::Timeout => atoms::timeout().encode(env),
+        ConnectError::AddressInUse => atoms::address_in_use().encode(env),
+        ConnectError::TooManyConnections => atoms::too_many_connections().encode(env),
+        _ => atoms::internal_error().encode(env),
+    }
+}
+
+/// `%{address: {ip, port}, guid:, protocol:, mtu:}`, sent when a connection is established.
+pub(crate) fn connection_info<'a>(
+    env: Env<'a>,
+    addr: SocketAddr,
+    guid: u64,
+    protocol: u8,
+    mtu: u16,
+) -> Term<'a> {
+    let keys = [
+        atoms::address(),
+        atoms::guid(),
+        atoms::protocol(),
+        atoms::mtu(),
+    ]
+    .map(|a| a.encode(env));
+    let values = [
+        address(env, addr),
+        guid.encode(env),
+        protocol.encode(env),
+        mtu.encode(env),
+    ];
+    Term::map_from_arrays(env, &keys, &values).unwrap_or_else(|_| atoms::error().encode(env))
+}
+
+/// Why a connection ended, as the runtime reports it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reason {
+    Engine(DisconnectReason),
+    Overloaded,
+}
+
+/// The engine's connection counters as a map with atom keys.
+pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u64) -> Term<'a> {
+    let pairs: Vec<(&str, u64)> = vec![
+        ("srtt_us", s.srtt.as_micros() as u64),
+        ("rttvar_us", s.rttvar.as_micros() as u64),
+        ("rto_ms", s.rto.as_millis() as u64),
+        ("cwnd", s.cwnd as u64),
+        ("bytes_out", s.bytes_out),
+        ("bytes_in", s.bytes_in),
+        ("datagrams_out", s.datagrams_out),
+        ("datagrams_in", s.datagrams_in),
+        ("messages_out", s.messages_out),
+        ("messages_in", s.messages_in),
+        ("resends", s.resends),
+        ("naks_received", s.naks_received),
+        ("naks_sent", s.naks_sent),
+        ("datagrams_lost", s.datagrams_lost),
+        ("duplicates", s.duplicates),
+        ("stale_dropped", s.stale_dropped),
+        ("expired_unsent", s.expired_unsent),
+        ("malformed", s.malformed),
+        ("refused_over_limit", s.refused_over_limit),
+        ("garbage_datagrams", s.garbage_datagrams),
+        ("ack_numbers_ignored", s.ack_numbers_ignored),
+        ("unknown_internal", s.unknown_internal),
+        ("send_queue_bytes", s.send_queue_bytes as u64),
+        ("bytes_in_flight", s.bytes_in_flight as u64),
+        ("reassembly_bytes", s.reassembly_bytes as u64),
+        ("held_for_ordering", s.held_for_ordering as u64),
+        ("deliveries_dropped", dropped),
+    ];
+    map(env, &pairs)
+}
+
+pub(crate) fn map<'a>(env: Env<'a>, pairs: &[(&str, u64)]) -> Term<'a> {
+    let keys: Vec<Term<'a>> = pairs
+        .iter()
+        .map(|(k, _)| Atom::from_str(env, k).map_or_else(|_| k.encode(env), |a| a.encode(env)))
+        .collect();
+    let values: Vec<Term<'a>> = pairs.iter().map(|(_, v)| v.encode(env)).collect();
+    Term::map_from_arrays(env, &keys, &values).unwrap_or_else(|_| atoms::error().encode(env))
+}

@@ -1,0 +1,90 @@
+//! Handles given to Elixir: one per endpoint, one per connection.
+//!
+//! Both are monitored on their owner process: an endpoint whose owner exits shuts down, a
+//! connection whose owner exits closes gracefully.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use rustler::{Env, LocalPid, Monitor, Resource};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::command::Command;
+
+/// An endpoint: its command channel and what `endpoint_info` needs without asking.
+pub(crate) struct EndpointResource {
+    pub(crate) tx: UnboundedSender<Command>,
+    pub(crate) local: SocketAddr,
+    pub(crate) guid: u64,
+}
+
+#[rustler::resource_impl]
+impl Resource for EndpointResource {
+    const IMPLEMENTS_DOWN: bool = true;
+
+    fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
+        let _ = self.tx.send(Command::Stop);
+    }
+}
+
+/// Identifies connections across the NIF boundary (the engine's ids are per endpoint).
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// A connection, shared by the BEAM (the handle) and the endpoint's thread.
+pub(crate) struct ConnResource {
+    pub(crate) key: u64,
+    pub(crate) tx: UnboundedSender<Command>,
+    /// Set by the endpoint thread when the connection ended: sends fail fast.
+    pub(crate) closed: AtomicBool,
+    pub(crate) next_receipt: AtomicU32,
+    /// Bytes enqueued by `conn_send` that the endpoint thread has not taken yet.
+    pub(crate) pending_bytes: AtomicUsize,
+    /// The engine's queued + unacknowledged bytes, as last seen by the endpoint thread.
+    pub(crate) backlog: AtomicUsize,
+    /// Messages sent to the owner and not yet confirmed with `conn_delivered`.
+    pub(crate) undelivered: AtomicUsize,
+    pub(crate) max_send_bytes: usize,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) monitor: Mutex<Option<Monitor>>,
+}
+
+impl ConnResource {
+    pub(crate) fn new(
+        tx: UnboundedSender<Command>,
+        max_send_bytes: usize,
+        max_message_bytes: usize,
+    ) -> Self {
+        Self {
+            key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+            tx,
+            closed: AtomicBool::new(false),
+            next_receipt: AtomicU32::new(1),
+            pending_bytes: AtomicUsize::new(0),
+            backlog: AtomicUsize::new(0),
+            undelivered: AtomicUsize::new(0),
+            max_send_bytes,
+            max_message_bytes,
+            monitor: Mutex::new(None),
+        }
+    }
+
+    /// The next receipt id: counts from 1 and skips 0, like official RakNet.
+    pub(crate) fn receipt_id(&self) -> u32 {
+        loop {
+            let id = self.next_receipt.fetch_add(1, Ordering::Relaxed);
+            if id != 0 {
+                return id;
+            }
+        }
+    }
+}
+
+#[rustler::resource_impl]
+impl Resource for ConnResource {
+    const IMPLEMENTS_DOWN: bool = true;
+
+    fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
+        let _ = self.tx.send(Command::OwnerDown { key: self.key });
+    }
+}
