@@ -283,3 +283,45 @@ fn repeated_connection_requests_are_not_answered_again() {
         p.now += Duration::from_millis(5);
     }
 }
+
+#[test]
+fn send_queue_budget_refuses_with_queue_full() {
+    let limits = Limits {
+        max_send_queue_bytes: 10_000,
+        ..Limits::default()
+    };
+    let cfg = EndpointConfig {
+        limits,
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(6, EndpointConfig::default(), cfg, LinkConfig::default());
+    let (c, _) = p.connect();
+    let opts = SendOptions::new(Reliability::ReliableOrdered);
+    let msg = Bytes::from(vec![0x86; 3000]);
+    for _ in 0..3 {
+        p.client.send(p.now, c, msg.clone(), opts).unwrap();
+    }
+    assert_eq!(
+        p.client.send(p.now, c, msg.clone(), opts),
+        Err(SendError::QueueFull)
+    );
+    // Once the peer acknowledges, there is room again.
+    p.drive_until(Duration::from_secs(1), |p| {
+        p.client.connection_stats(c).unwrap().send_queue_bytes == 0
+    });
+    p.drive_until(Duration::from_millis(100), |_| false);
+    assert_eq!(p.client.send(p.now, c, msg, opts), Ok(None));
+    assert_eq!(
+        p.client.send(p.now, c, Bytes::new(), opts),
+        Err(SendError::Empty)
+    );
+    let bad_channel = SendOptions {
+        channel: 32,
+        ..opts
+    };
+    assert_eq!(
+        p.client
+            .send(p.now, c, Bytes::from_static(b"\x86"), bad_channel),
+        Err(SendError::InvalidChannel)
+    );
+}
