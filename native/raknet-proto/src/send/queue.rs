@@ -10,8 +10,10 @@ use crate::frame::{Frame, SplitHeader, ORDERING_CHANNELS};
 use crate::reliability::Reliability;
 use crate::seq::{OrderIndex, SequenceIndex};
 
-/// RakNet's send priorities. Higher priorities are always sent first; `Immediate` is
-/// what the engine uses for its own control messages.
+/// RakNet's send priorities. `Immediate` (what the engine uses for its own control messages)
+/// always goes first; the other three share what is left in the ratio 4 : 2 : 1, like
+/// official RakNet's weighted interleaving, so a busy high-priority stream cannot starve
+/// low-priority messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Priority {
     /// Sent before anything else.
@@ -65,9 +67,15 @@ pub(crate) struct SendQueue {
     ordered_write: [OrderIndex; ORDERING_CHANNELS as usize],
     sequenced_write: [SequenceIndex; ORDERING_CHANNELS as usize],
     next_split_id: u16,
+    /// Weighted-fair-queueing clock of High, Medium and Low: the queue with the smallest
+    /// value goes next, and each frame taken advances its queue by 1, 2 or 4.
+    credit: [u64; 3],
     /// Payload bytes waiting.
     pub(crate) bytes: usize,
 }
+
+/// How far a frame advances its priority's credit: High 1, Medium 2, Low 4.
+const WEIGHT: [u64; 3] = [1, 2, 4];
 
 impl SendQueue {
     /// A queue whose ordering indices start at `first` on every channel (tests of the
@@ -150,14 +158,35 @@ impl SendQueue {
         count
     }
 
+    /// Which queue goes next: Immediate if it has anything, else the weighted choice.
+    fn next_queue(&self) -> Option<usize> {
+        if !self.queues[0].is_empty() {
+            return Some(0);
+        }
+        (1..4)
+            .filter(|&q| !self.queues[q].is_empty())
+            .min_by_key(|&q| self.credit[q - 1])
+    }
+
     /// The next frame to send, without taking it.
     pub(crate) fn peek(&self) -> Option<&Pending> {
-        self.queues.iter().find_map(VecDeque::front)
+        self.queues[self.next_queue()?].front()
     }
 
     /// Take the frame [`Self::peek`] returned.
     pub(crate) fn pop(&mut self) -> Option<Pending> {
-        let p = self.queues.iter_mut().find_map(VecDeque::pop_front)?;
+        let q = self.next_queue()?;
+        let p = self.queues[q].pop_front()?;
+        if q > 0 {
+            let now = self.credit[q - 1] + WEIGHT[q - 1];
+            self.credit[q - 1] = now;
+            // A queue that sat empty must not bank credit: bring the idle ones up to date.
+            for other in 1..4 {
+                if other != q && self.queues[other].is_empty() {
+                    self.credit[other - 1] = self.credit[other - 1].max(now - WEIGHT[q - 1]);
+                }
+            }
+        }
         self.bytes -= p.frame.payload.len();
         Some(p)
     }
@@ -291,6 +320,45 @@ mod tests {
                 id: 0,
                 index: 2
             })
+        );
+    }
+
+    #[test]
+    fn lower_priorities_get_a_weighted_share() {
+        let t = Instant::now();
+        let mut q = SendQueue::default();
+        for (priority, tag) in [
+            (Priority::Low, b'l'),
+            (Priority::Medium, b'm'),
+            (Priority::High, b'h'),
+        ] {
+            for _ in 0..20 {
+                let opts = SendOptions {
+                    reliability: Reliability::Reliable,
+                    channel: 0,
+                    priority,
+                };
+                q.push(t, Bytes::copy_from_slice(&[tag]), opts, None, 100);
+            }
+        }
+        let first: Vec<u8> = (0..14).map(|_| q.pop().unwrap().frame.payload[0]).collect();
+        let count = |c| first.iter().filter(|&&x| x == c).count();
+        assert_eq!(
+            (count(b'h'), count(b'm'), count(b'l')),
+            (8, 4, 2),
+            "{:?}",
+            String::from_utf8_lossy(&first)
+        );
+        let imm = SendOptions {
+            reliability: Reliability::Reliable,
+            channel: 0,
+            priority: Priority::Immediate,
+        };
+        q.push(t, Bytes::from_static(b"i"), imm, None, 100);
+        assert_eq!(
+            &q.pop().unwrap().frame.payload[..],
+            b"i",
+            "immediate jumps the queue"
         );
     }
 
