@@ -79,4 +79,7 @@ rustler::atoms! {
     address_in_use,
     too_many_connections,
     internal_error,
+    log,
+    warning,
+    info,
 }

@@ -25,6 +25,9 @@ const RECV_BATCH: usize = 64;
 const MAX_HELD: usize = 1024;
 /// How long a stopping endpoint waits for peers to acknowledge its disconnection notices.
 const STOP_LINGER: Duration = Duration::from_secs(2);
+/// Log lines an endpoint sends its owner per second at most; the rest are counted and
+/// reported with the next line (hostile traffic must not flood the logs).
+const LOG_LINES_PER_SECOND: u32 = 10;
 
 enum Held {
     Message(Bytes, Duration),
@@ -57,6 +60,9 @@ pub(crate) struct Driver {
     keys: HashMap<u64, ConnId>,
     stop_deadline: Option<Instant>,
     buf: Vec<u8>,
+    log_window: Instant,
+    log_lines: u32,
+    log_suppressed: u64,
 }
 
 impl Driver {
@@ -80,6 +86,9 @@ impl Driver {
             keys: HashMap::new(),
             stop_deadline: None,
             buf: Vec::with_capacity(2048),
+            log_window: Instant::now(),
+            log_lines: 0,
+            log_suppressed: 0,
         }
     }
 
@@ -436,6 +445,8 @@ impl Driver {
                             send_disconnect(&mut self.env, &pid, &slot.res, Reason::Overloaded);
                             slot.res.closed.store(true, Ordering::Relaxed);
                             self.endpoint.close(Instant::now(), conn);
+                            let max = self.max_pending;
+                            self.log(true, format!("closed an overloaded connection: its owner fell {max} messages behind"));
                         }
                     }
                     None if slot.held.len() < MAX_HELD => {
@@ -499,6 +510,33 @@ impl Driver {
             }
             _ => {}
         }
+    }
+
+    /// Send the owner `{:raknet_endpoint, ref, :log, level, text}`, rate-limited.
+    fn log(&mut self, warning: bool, text: String) {
+        let now = Instant::now();
+        if now.duration_since(self.log_window) >= Duration::from_secs(1) {
+            self.log_window = now;
+            self.log_lines = 0;
+        }
+        if self.log_lines >= LOG_LINES_PER_SECOND {
+            self.log_suppressed += 1;
+            return;
+        }
+        self.log_lines += 1;
+        let text = match std::mem::take(&mut self.log_suppressed) {
+            0 => text,
+            n => format!("{text} ({n} similar lines suppressed)"),
+        };
+        let level = if warning {
+            atoms::warning()
+        } else {
+            atoms::info()
+        };
+        let me = self.me.clone();
+        let _ = self.env.send_and_clear(&self.owner, |env| {
+            (atoms::raknet_endpoint(), me, atoms::log(), level, text).encode(env)
+        });
     }
 
     fn finish_stop(&mut self) {
