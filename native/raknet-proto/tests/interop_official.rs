@@ -1,14 +1,15 @@
-//! Interop with official RakNet 4.081 (the C++ library, PyPI `raknet`): the official client
-//! connects to this engine over real loopback UDP at protocols 6 and 11, exchanges every
-//! reliability at 16 B, 1 KB, 5 KB and 100 KB, and disconnects cleanly.
+//! Interop with official RakNet 4.081 (the C++ library, PyPI `raknet`), over real loopback UDP
+//! at protocols 6 and 11, in both roles: the official client connects to this engine, and this
+//! engine connects to an official server; every reliability at 16 B, 1 KB, 5 KB and 100 KB
+//! goes through intact and the connection closes cleanly.
 //!
 //! Needs the venv that `make venv` (run by `make test`) creates; set `RAKNET_PYTHON` to use
 //! another interpreter with `raknet` installed.
 
-use std::io::ErrorKind;
+use std::io::{BufRead, BufReader, ErrorKind};
 use std::net::UdpSocket;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_proto::{DisconnectReason, Endpoint, EndpointConfig, Event, Reliability, SendOptions};
+use std::collections::HashMap;
 
 fn python() -> PathBuf {
     if let Some(p) = std::env::var_os("RAKNET_PYTHON") {
@@ -86,7 +88,8 @@ fn official_client_round_trip(protocol: u8) {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let (port, server) = echo_server(stop.clone(), tx);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/official_client.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../test/interop/peers/official_client.py");
     let out = Command::new(python())
         .arg(&script)
         .args(["127.0.0.1", &port.to_string(), &protocol.to_string()])
@@ -135,4 +138,129 @@ fn official_client_exchanges_every_reliability_at_protocol_6() {
 #[test]
 fn official_client_exchanges_every_reliability_at_protocol_11() {
     official_client_round_trip(11);
+}
+
+/// This engine as the client of an official echo server.
+fn engine_client_round_trip(protocol: u8) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../test/interop/peers/official_server.py");
+    let mut server = Command::new(python())
+        .arg(&script)
+        .arg(protocol.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the official server");
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("official server output").unwrap();
+    let port: u16 = first
+        .strip_prefix("PORT ")
+        .expect("PORT line")
+        .parse()
+        .unwrap();
+
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let local = socket.local_addr().unwrap();
+    let config = EndpointConfig {
+        protocol_versions: vec![protocol],
+        accept_incoming: false,
+        ..EndpointConfig::default()
+    };
+    let mut ep = Endpoint::new(config, local, Instant::now());
+    let conn = ep
+        .connect(Instant::now(), format!("127.0.0.1:{port}").parse().unwrap())
+        .unwrap();
+    let (mut recv, mut send) = (vec![0u8; 2048], Vec::new());
+    let mut sent: HashMap<u8, Bytes> = HashMap::new();
+    let mut echoed: HashMap<u8, Bytes> = HashMap::new();
+    let (mut receipts, mut connected, mut closed) = (0, false, None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && closed.is_none() {
+        let wait = ep.poll_timeout().map_or(Duration::from_millis(20), |t| {
+            t.saturating_duration_since(Instant::now())
+        });
+        socket
+            .set_read_timeout(Some(
+                wait.clamp(Duration::from_millis(1), Duration::from_millis(20)),
+            ))
+            .unwrap();
+        match socket.recv_from(&mut recv) {
+            Ok((n, from)) => ep.handle(Instant::now(), from, Bytes::copy_from_slice(&recv[..n])),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("{e}"),
+        }
+        let now = Instant::now();
+        ep.handle_timeout(now);
+        while let Some(e) = ep.poll_event() {
+            match e {
+                Event::Connected { protocol: p, .. } => {
+                    assert_eq!(p, protocol);
+                    connected = true;
+                    for (i, size) in [16usize, 1024, 5 * 1024, 100 * 1024]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        for rel in Reliability::ALL {
+                            let n = (i * 8 + rel as usize) as u8;
+                            let body: Bytes = [0x86, n]
+                                .into_iter()
+                                .chain((0..size - 2).map(|j| (j * 7 + n as usize) as u8))
+                                .collect::<Vec<_>>()
+                                .into();
+                            sent.insert(n, body.clone());
+                            let opts = SendOptions {
+                                reliability: rel,
+                                channel: n % 4,
+                                priority: raknet_proto::Priority::High,
+                            };
+                            ep.send(now, conn, body, opts).unwrap();
+                        }
+                    }
+                }
+                Event::Message { payload, .. } => {
+                    echoed.insert(payload[1], payload);
+                    if echoed.len() == sent.len() && receipts == 12 {
+                        ep.close(now, conn);
+                    }
+                }
+                Event::Receipt { acked: true, .. } => {
+                    receipts += 1;
+                    if echoed.len() == sent.len() && receipts == 12 {
+                        ep.close(now, conn);
+                    }
+                }
+                Event::Disconnected { reason, .. } => closed = Some(reason),
+                _ => {}
+            }
+        }
+        while let Some(t) = ep.poll_transmit(now, &mut send) {
+            socket.send_to(&send[..t.size], t.destination).unwrap();
+        }
+    }
+    drop(server.stdin.take());
+    let _ = server.wait();
+    assert!(connected, "never connected to the official server");
+    assert_eq!(
+        echoed.len(),
+        sent.len(),
+        "missing echoes: {:?}",
+        sent.keys()
+            .filter(|k| !echoed.contains_key(k))
+            .collect::<Vec<_>>()
+    );
+    for (n, body) in &sent {
+        assert!(echoed[n] == *body, "message {n} corrupted");
+    }
+    assert_eq!(receipts, 12);
+    assert_eq!(closed, Some(DisconnectReason::LocalClose));
+}
+
+#[test]
+fn engine_client_exchanges_every_reliability_with_an_official_server_at_protocol_6() {
+    engine_client_round_trip(6);
+}
+
+#[test]
+fn engine_client_exchanges_every_reliability_with_an_official_server_at_protocol_11() {
+    engine_client_round_trip(11);
 }
