@@ -58,6 +58,10 @@ defmodule RakNet.Native do
   def endpoint_connect(_endpoint, _host, _port, _owner), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  @spec endpoint_ping(reference(), binary(), :inet.port_number(), pid()) :: :ok | {:error, atom()}
+  def endpoint_ping(_endpoint, _host, _port, _owner), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_stop(reference()) :: :ok
   def endpoint_stop(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -80,6 +80,7 @@ rustler::atoms! {
     too_many_connections,
     internal_error,
     log,
+    raknet_pong,
     warning,
     info,
 }

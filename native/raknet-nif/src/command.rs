@@ -34,6 +34,10 @@ pub(crate) enum Command {
         owner: LocalPid,
     },
     SetPong(Bytes),
+    Ping {
+        addr: SocketAddr,
+        owner: LocalPid,
+    },
     /// Answer with a term built in the given env (for the dirty `*_info` NIFs).
     Info {
         key: Option<u64>,

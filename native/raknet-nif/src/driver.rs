@@ -57,6 +57,8 @@ pub(crate) struct Driver {
     pub(crate) max_pending: usize,
     pub(crate) env: OwnedEnv,
     conns: HashMap<ConnId, Slot>,
+    /// Who asked for a pong from an address (`endpoint_ping`); bounded.
+    pingers: HashMap<SocketAddr, (LocalPid, Instant)>,
     keys: HashMap<u64, ConnId>,
     stop_deadline: Option<Instant>,
     buf: Vec<u8>,
@@ -83,6 +85,7 @@ impl Driver {
             max_pending,
             env: OwnedEnv::new(),
             conns: HashMap::new(),
+            pingers: HashMap::new(),
             keys: HashMap::new(),
             stop_deadline: None,
             buf: Vec::with_capacity(2048),
@@ -234,6 +237,13 @@ impl Driver {
                 }
             },
             Command::SetPong(data) => self.endpoint.set_offline_ping_response(data),
+            Command::Ping { addr, owner } => {
+                if self.pingers.len() >= 1024 {
+                    self.pingers.clear();
+                }
+                self.pingers.insert(addr, (owner, now));
+                self.endpoint.ping(now, addr);
+            }
             Command::Info { key, reply } => {
                 let env = OwnedEnv::new();
                 let saved = match key {
@@ -507,6 +517,26 @@ impl Driver {
                     }
                 }
                 self.forget(conn);
+            }
+            Event::Pong { from, pong, rtt } => {
+                let Some(pid) = self.pingers.remove(&from) else {
+                    return;
+                };
+                let me = self.me.clone();
+                let _ = self.env.send_and_clear(&pid, |env| {
+                    let mut data = rustler::NewBinary::new(env, pong.data.len());
+                    data.as_mut_slice().copy_from_slice(&pong.data);
+                    let data: rustler::Binary = data.into();
+                    (
+                        atoms::raknet_pong(),
+                        me,
+                        convert::address(env, from),
+                        pong.server_guid,
+                        data,
+                        rtt.as_micros() as u64,
+                    )
+                        .encode(env)
+                });
             }
             _ => {}
         }

@@ -191,6 +191,37 @@ fn endpoint_stop(endpoint: ResourceArc<EndpointResource>) -> Atom {
     atoms::ok()
 }
 
+/// Resolve a host given as an IP literal or `localhost` (names are resolved in Elixir).
+fn parse_host(host: &str) -> Option<IpAddr> {
+    match host {
+        "localhost" => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        other => other.parse().ok(),
+    }
+}
+
+#[rustler::nif]
+fn endpoint_ping<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    host: String,
+    port: u16,
+    owner: LocalPid,
+) -> Term<'a> {
+    let Some(ip) = parse_host(&host) else {
+        return error(env, atoms::nxdomain());
+    };
+    if ip.is_ipv4() != endpoint.local.is_ipv4() {
+        return error(env, atoms::einval());
+    }
+    match endpoint.tx.send(Command::Ping {
+        addr: SocketAddr::new(ip, port),
+        owner,
+    }) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
 #[rustler::nif]
 fn endpoint_connect<'a>(
     env: Env<'a>,
@@ -199,13 +230,9 @@ fn endpoint_connect<'a>(
     port: u16,
     owner: LocalPid,
 ) -> Term<'a> {
-    let ip = match host.as_str() {
-        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        other => match other.parse::<IpAddr>() {
-            Ok(ip) => ip,
-            // Names are resolved by the Elixir side (:inet.getaddr); nothing here blocks on DNS.
-            Err(_) => return error(env, atoms::nxdomain()),
-        },
+    // Names are resolved by the Elixir side (:inet.getaddr); nothing here blocks on DNS.
+    let Some(ip) = parse_host(&host) else {
+        return error(env, atoms::nxdomain());
     };
     if ip.is_ipv4() != endpoint.local.is_ipv4() {
         return error(env, atoms::einval());
