@@ -518,10 +518,12 @@ impl Driver {
                 }
                 self.forget(conn);
             }
-            Event::Pong { from, pong, rtt } => {
-                let Some(pid) = self.pingers.remove(&from) else {
+            Event::Pong { from, pong, .. } => {
+                // Timed here: the ping's own time field only has millisecond resolution.
+                let Some((pid, sent)) = self.pingers.remove(&from) else {
                     return;
                 };
+                let rtt = sent.elapsed();
                 let me = self.me.clone();
                 let _ = self.env.send_and_clear(&pid, |env| {
                     let mut data = rustler::NewBinary::new(env, pong.data.len());
