@@ -1,0 +1,141 @@
+defmodule RakNet.Ping do
+  @moduledoc """
+  Unconnected pings: ask any RakNet server (official RakNet, Minecraft Bedrock, ours) for its
+  pong without connecting.
+
+  A Bedrock server's pong carries its MOTD (`MCPE;motd;protocol;version;players;max;...`);
+  `ping/3` parses it into a map when it is one and returns the raw bytes otherwise.
+
+      {:ok, pong} = RakNet.Ping.ping("127.0.0.1", 19132)
+      pong.motd.players_online
+  """
+
+  @typedoc "A parsed Bedrock MOTD."
+  @type motd :: %{
+          edition: String.t(),
+          motd: String.t(),
+          protocol_version: String.t(),
+          version_name: String.t(),
+          players_online: String.t(),
+          max_players: String.t(),
+          server_guid: String.t(),
+          sub_motd: String.t(),
+          game_mode: String.t(),
+          game_mode_numeric: String.t(),
+          port_v4: String.t(),
+          port_v6: String.t()
+        }
+
+  @typedoc "What a server answered."
+  @type pong :: %{
+          address: {:inet.ip_address(), :inet.port_number()},
+          guid: non_neg_integer(),
+          data: binary(),
+          motd: motd() | nil,
+          rtt_us: non_neg_integer()
+        }
+
+  @motd_fields [
+    :edition,
+    :motd,
+    :protocol_version,
+    :version_name,
+    :players_online,
+    :max_players,
+    :server_guid,
+    :sub_motd,
+    :game_mode,
+    :game_mode_numeric,
+    :port_v4,
+    :port_v6
+  ]
+
+  @doc "The fields of a Bedrock MOTD, in wire order."
+  @spec motd_fields() :: [atom()]
+  def motd_fields, do: @motd_fields
+
+  @doc """
+  Pings `host:port` and waits for the pong.
+
+  `host` is a name or an address (`"127.0.0.1"`, `"::1"`, `"localhost"`). Options:
+  `:timeout` in ms (default 3000).
+
+  Returns `{:ok, pong}`, `{:error, :timeout}` when nothing answers, or `{:error, reason}` when
+  the host does not resolve or no socket can be opened.
+  """
+  @spec ping(String.t() | charlist(), :inet.port_number(), keyword()) ::
+          {:ok, pong()} | {:error, term()}
+  def ping(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
+    timeout = Keyword.get(opts, :timeout, 3000)
+
+    with {:ok, ip} <- resolve(host),
+         {:ok, endpoint} <- RakNet.Native.endpoint_start(endpoint_opts(ip), self()) do
+      try do
+        :ok =
+          RakNet.Native.endpoint_ping(endpoint, ip |> :inet.ntoa() |> to_string(), port, self())
+
+        receive do
+          {:raknet_pong, ^endpoint, address, guid, data, rtt_us} ->
+            {:ok,
+             %{address: address, guid: guid, data: data, motd: parse_motd(data), rtt_us: rtt_us}}
+        after
+          timeout -> {:error, :timeout}
+        end
+      after
+        RakNet.Native.endpoint_stop(endpoint)
+      end
+    end
+  end
+
+  @doc """
+  Parses a Bedrock MOTD pong payload (u16 length, then `;`-separated fields); `nil` when the
+  payload is not one.
+
+      iex> RakNet.Ping.parse_motd(<<0, 15, "MCPE;a;1;v;2;3;">>).players_online
+      "2"
+      iex> RakNet.Ping.parse_motd("official-motd")
+      nil
+  """
+  @spec parse_motd(binary()) :: motd() | nil
+  def parse_motd(<<len::16, text::binary-size(len), _::binary>>) do
+    with true <- String.valid?(text),
+         [edition | _] = fields when edition in ["MCPE", "MCEE"] <- String.split(text, ";"),
+         true <- length(fields) >= 6 do
+      padded = fields ++ List.duplicate("", length(@motd_fields))
+      @motd_fields |> Enum.zip(padded) |> Map.new()
+    else
+      _ -> nil
+    end
+  end
+
+  def parse_motd(_data), do: nil
+
+  defp resolve(host) do
+    host = to_charlist(host)
+
+    case :inet.getaddr(host, :inet) do
+      {:ok, ip} -> {:ok, ip}
+      {:error, _} -> :inet.getaddr(host, :inet6)
+    end
+  end
+
+  # A client-only endpoint on an ephemeral port of the right address family.
+  defp endpoint_opts(ip) do
+    %{
+      host: if(tuple_size(ip) == 4, do: "0.0.0.0", else: "::"),
+      port: 0,
+      accept_incoming: false,
+      max_connections: 1,
+      protocol_versions: [11, 10, 6],
+      min_mtu: 400,
+      max_mtu: 1492,
+      timeout_ms: 10_000,
+      include_timestamp_with_datagrams: false,
+      offline_ping_response: "",
+      max_number_of_internal_ids: 10,
+      use_cookies: false,
+      guid: nil,
+      max_pending_deliveries: 10_000
+    }
+  end
+end

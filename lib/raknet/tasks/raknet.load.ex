@@ -1,0 +1,58 @@
+defmodule Mix.Tasks.Raknet.Load do
+  @shortdoc "Load-tests a RakNet server: N connections at a given rate"
+  @moduledoc """
+  Opens N RakNet connections to any server, sends at a rate, and reports messages/s each way,
+  round-trip p50/p99 (when the server echoes, as `make server` does), loss and connect failures.
+
+      mix raknet.load [--host 127.0.0.1] [--port 19132] [--connections 100] [--rate 20]
+                      [--size 64] [--reliability reliable_ordered] [--channel 0]
+                      [--duration 10] [--protocol 11]
+
+  The work is done by the `raknet-load` Rust binary (one engine per simulated player, all on
+  one thread), which this task builds with cargo (release) and runs, forwarding the options.
+  """
+  use Mix.Task
+
+  @impl Mix.Task
+  def run(argv) do
+    root = Path.expand("../../..", __DIR__)
+    {_, 0} = build(root)
+    binary = Path.join([target_dir(root), "release", "raknet-load"])
+
+    port =
+      Port.open({:spawn_executable, binary}, [
+        :binary,
+        :exit_status,
+        :stderr_to_stdout,
+        args: argv
+      ])
+
+    stream(port)
+  end
+
+  defp build(root) do
+    System.cmd(
+      "cargo",
+      ["build", "--release", "--quiet", "-p", "raknet-bench", "--bin", "raknet-load"],
+      cd: root,
+      into: IO.stream(:stdio, :line),
+      stderr_to_stdout: true
+    )
+  end
+
+  defp target_dir(root), do: System.get_env("CARGO_TARGET_DIR") || Path.join(root, "target")
+
+  defp stream(port) do
+    receive do
+      {^port, {:data, data}} ->
+        IO.write(data)
+        stream(port)
+
+      {^port, {:exit_status, 0}} ->
+        :ok
+
+      {^port, {:exit_status, status}} ->
+        exit({:shutdown, status})
+    end
+  end
+end
