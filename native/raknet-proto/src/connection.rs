@@ -47,6 +47,18 @@ pub enum Role {
     Server,
 }
 
+/// Who a connection is with, and what the offline handshake settled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    pub(crate) role: Role,
+    pub(crate) addr: SocketAddr,
+    pub(crate) local_addr: SocketAddr,
+    pub(crate) our_guid: u64,
+    pub(crate) peer_guid: u64,
+    pub(crate) protocol: u8,
+    pub(crate) mtu: u16,
+}
+
 /// Something a connection reports to the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ConnEvent {
@@ -141,20 +153,22 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    #[allow(clippy::too_many_arguments)]
     fn new(
         config: Arc<EndpointConfig>,
-        role: Role,
+        peer: Peer,
         state: State,
-        addr: SocketAddr,
-        local_addr: SocketAddr,
-        our_guid: u64,
-        peer_guid: u64,
-        protocol: u8,
-        mtu: u16,
         epoch: Instant,
         now: Instant,
     ) -> Self {
+        let Peer {
+            role,
+            addr,
+            local_addr,
+            our_guid,
+            peer_guid,
+            protocol,
+            mtu,
+        } = peer;
         let udp_payload = usize::from(mtu) - IP_UDP_HEADER_LEN;
         let limits = &config.limits;
         let first = config.initial_index_for_tests;
@@ -222,44 +236,32 @@ impl Connection {
             next_attempt: now,
             ocr2: None,
         };
-        Self::new(
-            config,
-            Role::Client,
-            state,
+        let peer = Peer {
+            role: Role::Client,
             addr,
             local_addr,
-            guid,
-            0,
+            our_guid: guid,
+            peer_guid: 0,
             protocol,
             mtu,
-            epoch,
-            now,
-        )
+        };
+        Self::new(config, peer, state, epoch, now)
     }
 
     /// A server connection created on a valid OCR2, after Reply2 was sent.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn server(
         config: Arc<EndpointConfig>,
-        addr: SocketAddr,
-        local_addr: SocketAddr,
-        our_guid: u64,
-        peer_guid: u64,
-        protocol: u8,
-        mtu: u16,
+        peer: Peer,
         epoch: Instant,
         now: Instant,
     ) -> Self {
         Self::new(
             config,
-            Role::Server,
+            Peer {
+                role: Role::Server,
+                ..peer
+            },
             State::Unverified,
-            addr,
-            local_addr,
-            our_guid,
-            peer_guid,
-            protocol,
-            mtu,
             epoch,
             now,
         )
@@ -303,6 +305,14 @@ impl Connection {
     /// Whether this server connection is still waiting for 0x09 (Reply2 may be resent).
     pub(crate) fn is_unverified(&self) -> bool {
         self.state == State::Unverified
+    }
+
+    /// Whether the handshake (offline or connected part) is still under way.
+    fn handshaking(&self) -> bool {
+        matches!(
+            self.state,
+            State::Offline { .. } | State::Requesting | State::Unverified | State::Accepting
+        )
     }
 
     pub(crate) fn in_offline_handshake(&self) -> bool {
@@ -853,10 +863,7 @@ impl Connection {
             }
             _ => {}
         }
-        let handshaking = matches!(
-            self.state,
-            State::Offline { .. } | State::Requesting | State::Unverified | State::Accepting
-        );
+        let handshaking = self.handshaking();
         if handshaking && now >= self.created + self.config.handshake_timeout {
             return if self.role == Role::Client {
                 self.fail(ConnectError::Timeout)
@@ -918,10 +925,7 @@ impl Connection {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
-        let handshaking = matches!(
-            self.state,
-            State::Offline { .. } | State::Requesting | State::Unverified | State::Accepting
-        );
+        let handshaking = self.handshaking();
         min(handshaking.then(|| self.created + self.config.handshake_timeout));
         min(Some(self.last_receive + self.config.timeout));
         min(self.flight.next_expiry(self.rtt.rto()));

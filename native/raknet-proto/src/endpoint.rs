@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::addr;
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
-use crate::connection::{ConnEvent, Connection, Role};
+use crate::connection::{ConnEvent, Connection, Peer, Role};
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::message::{
     AlreadyConnected, ConnectionBanned, IncompatibleProtocolVersion, NoFreeIncomingConnections,
@@ -584,17 +584,16 @@ impl Endpoint {
                 },
             );
         }
-        let conn = Connection::server(
-            self.config.clone(),
-            from,
-            self.local_addr,
-            self.guid,
-            req.client_guid,
+        let peer = Peer {
+            role: Role::Server,
+            addr: from,
+            local_addr: self.local_addr,
+            our_guid: self.guid,
+            peer_guid: req.client_guid,
             protocol,
             mtu,
-            self.epoch,
-            now,
-        );
+        };
+        let conn = Connection::server(self.config.clone(), peer, self.epoch, now);
         let id = self.insert(conn);
         self.by_guid.insert(req.client_guid, id);
         self.queue_offline(from, &reply2(self, mtu));
