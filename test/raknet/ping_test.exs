@@ -41,6 +41,16 @@ defmodule RakNet.PingTest do
     assert {:ok, %{address: {{0, 0, 0, 0, 0, 0, 0, 1}, ^port}}} = RakNet.Ping.ping("::1", port)
   end
 
+  test "one dual-stack socket answers IPv4 and IPv6" do
+    opts = @endpoint_opts |> Map.put(:host, "::") |> Map.put(:dual_stack, true)
+    {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+    on_exit(fn -> RakNet.Native.endpoint_stop(endpoint) end)
+    port = RakNet.Native.endpoint_info(endpoint).port
+
+    assert {:ok, %{address: {{127, 0, 0, 1}, ^port}}} = RakNet.Ping.ping("127.0.0.1", port)
+    assert {:ok, %{address: {{0, 0, 0, 0, 0, 0, 0, 1}, ^port}}} = RakNet.Ping.ping("::1", port)
+  end
+
   test "times out when nothing answers" do
     # A bound UDP socket that never answers.
     {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})

@@ -14,6 +14,8 @@ use crate::atoms;
 /// Endpoint options decoded from the `endpoint_start` map.
 pub(crate) struct EndpointOptions {
     pub(crate) bind: SocketAddr,
+    /// One IPv6 socket that also carries IPv4 (host `::` only).
+    pub(crate) dual_stack: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) max_pending_deliveries: usize,
 }
@@ -64,8 +66,14 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         },
         ..EndpointConfig::default()
     };
+    // Optional: absent means one socket per address family.
+    let dual_stack = get::<bool>(map, "dual_stack").unwrap_or(false);
+    if dual_stack && !ip.is_ipv6() {
+        return Err("dual_stack");
+    }
     Ok(EndpointOptions {
         bind: SocketAddr::new(ip, port),
+        dual_stack,
         config,
         max_pending_deliveries: get::<usize>(map, "max_pending_deliveries")?.max(16),
     })

@@ -372,10 +372,18 @@ impl Driver {
         let now = Instant::now();
         while let Some(t) = self.endpoint.poll_transmit(now, &mut self.buf) {
             let data = &self.buf[..t.size];
-            match self.socket.try_send_to(data, t.destination) {
+            // The engine sees IPv4 peers of a dual-stack socket unmapped; the socket wants them
+            // mapped.
+            let destination = match t.destination {
+                SocketAddr::V4(v4) if self.me.dual_stack => {
+                    SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
+                }
+                other => other,
+            };
+            match self.socket.try_send_to(data, destination) {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let _ = self.socket.send_to(data, t.destination).await;
+                    let _ = self.socket.send_to(data, destination).await;
                 }
                 // Unreachable peers and the like: the engine's timers handle the silence.
                 Err(_) => {}

@@ -70,9 +70,9 @@ fn io_error(e: &std::io::Error) -> Atom {
     }
 }
 
-/// Bind a UDP socket the way the endpoint wants it: large buffers, IPv6-only for IPv6 (IPv4
-/// gets its own socket), non-blocking.
-fn bind(addr: SocketAddr) -> std::io::Result<StdUdpSocket> {
+/// Bind a UDP socket the way the endpoint wants it: large buffers, non-blocking, and for IPv6
+/// either IPv6-only (IPv4 gets its own socket) or dual-stack.
+fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<StdUdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if addr.is_ipv4() {
         Domain::IPV4
@@ -81,7 +81,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<StdUdpSocket> {
     };
     let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
+        socket.set_only_v6(!dual_stack)?;
     }
     let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
     let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
@@ -104,7 +104,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
             )
         }
     };
-    let socket = match bind(options.bind) {
+    let socket = match bind(options.bind, options.dual_stack) {
         Ok(s) => s,
         Err(e) => return error(env, io_error(&e)),
     };
@@ -118,6 +118,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
         tx,
         local,
         guid: endpoint.guid(),
+        dual_stack: options.dual_stack,
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();
@@ -210,7 +211,7 @@ fn endpoint_ping<'a>(
     let Some(ip) = parse_host(&host) else {
         return error(env, atoms::nxdomain());
     };
-    if ip.is_ipv4() != endpoint.local.is_ipv4() {
+    if !endpoint.reaches(ip) {
         return error(env, atoms::einval());
     }
     match endpoint.tx.send(Command::Ping {
@@ -234,7 +235,7 @@ fn endpoint_connect<'a>(
     let Some(ip) = parse_host(&host) else {
         return error(env, atoms::nxdomain());
     };
-    if ip.is_ipv4() != endpoint.local.is_ipv4() {
+    if !endpoint.reaches(ip) {
         return error(env, atoms::einval());
     }
     let limits = raknet_proto::Limits::default();

@@ -17,6 +17,14 @@ pub(crate) struct EndpointResource {
     pub(crate) tx: UnboundedSender<Command>,
     pub(crate) local: SocketAddr,
     pub(crate) guid: u64,
+    pub(crate) dual_stack: bool,
+}
+
+impl EndpointResource {
+    /// Whether this endpoint's socket can send to `ip`.
+    pub(crate) fn reaches(&self, ip: std::net::IpAddr) -> bool {
+        self.dual_stack || ip.is_ipv4() == self.local.is_ipv4()
+    }
 }
 
 #[rustler::resource_impl]
