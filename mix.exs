@@ -24,7 +24,7 @@ defmodule RakNet.MixProject do
   end
 
   def application do
-    [extra_applications: [:logger]]
+    [extra_applications: [:logger], mod: {RakNet.Application, []}]
   end
 
   defp elixirc_paths(:test), do: elixirc_paths(:prod) ++ ["test/support"]

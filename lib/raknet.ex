@@ -7,10 +7,8 @@ defmodule RakNet do
 
   ## Status
 
-  Foundation: the build system (a Mix compiler that builds and loads the NIF) and the wire codec
-  are in place. The server, connection and client API — `RakNet.Server`, `RakNet.Connection`
-  and the `RakNet.Client` protocol — comes later; until then `build_info/0` is the only public
-  function.
+  Servers: `RakNet.Server` in a supervision tree, the `RakNet.Client` protocol for your game
+  code, `RakNet.Connection.send/3` to answer. Clients: `connect/3`. Pings: `RakNet.Ping`.
   """
 
   @typedoc """
@@ -40,4 +38,84 @@ defmodule RakNet do
   """
   @spec build_info() :: build_info()
   defdelegate build_info(), to: RakNet.Native
+
+  @doc """
+  Connects to a RakNet server (official RakNet, Minecraft Bedrock, or a `RakNet.Server`).
+
+  Options:
+
+    * `:client` - `{ClientModule, client_data}`: run a `RakNet.Client` implementation in a
+      `RakNet.Connection` process, exactly as a server does for its clients, and return
+      `{:ok, connection_pid}`;
+    * without `:client`, the caller owns the connection and receives
+      `{:raknet, conn, type, payload, transit_time}`, `{:raknet_receipt, conn, id, :acked | :lost}`
+      and `{:raknet_disconnect, conn, reason}` itself; the result is `{:ok, conn}`, a handle
+      that every `RakNet.Connection` function takes;
+    * `:timeout` - ms to wait for the handshake (default 10 000).
+
+  Failures: `{:error, {:incompatible_protocol, server_version}}`,
+  `:no_free_incoming_connections`, `:banned`, `:already_connected`, `:ip_recently_connected`,
+  `:security_required`, `:timeout`, `:nxdomain` (the name does not resolve).
+
+      {:ok, conn} = RakNet.connect("127.0.0.1", 19132)
+      {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0x86, "hi">>)
+
+      receive do
+        {:raknet, ^conn, 0x86, "hi", _transit} -> :echoed
+      end
+  """
+  @spec connect(String.t() | :inet.ip_address(), :inet.port_number(), keyword()) ::
+          {:ok, pid() | reference()} | {:error, term()}
+  def connect(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
+    timeout = Keyword.get(opts, :timeout, 10_000)
+
+    with {:ok, ip} <- resolve(host),
+         {:ok, endpoint} <- RakNet.ClientEndpoint.checkout(ip, port) do
+      address = ip |> :inet.ntoa() |> to_string()
+
+      case Keyword.get(opts, :client) do
+        {module, data} -> connect_client(endpoint, address, port, struct(module), data, timeout)
+        nil -> connect_raw(endpoint, address, port, timeout)
+      end
+    end
+  end
+
+  defp connect_raw(endpoint, address, port, timeout) do
+    with {:ok, conn} <- RakNet.Native.endpoint_connect(endpoint, address, port, self()) do
+      receive do
+        {:raknet_connected, ^conn, _info} -> {:ok, conn}
+        {:raknet_connect_failed, ^conn, reason} -> {:error, reason}
+      after
+        timeout ->
+          RakNet.Native.conn_close(conn)
+          {:error, :timeout}
+      end
+    end
+  end
+
+  defp connect_client(endpoint, address, port, client_struct, data, timeout) do
+    spec = {RakNet.Connection, {:connect, endpoint, address, port, client_struct, data}}
+
+    with {:ok, pid} <- DynamicSupervisor.start_child(RakNet.ClientSupervisor, spec) do
+      try do
+        GenServer.call(pid, :await_connected, timeout)
+      catch
+        :exit, {:timeout, _} ->
+          RakNet.Connection.close(pid)
+          {:error, :timeout}
+
+        :exit, _ ->
+          {:error, :closed}
+      end
+    end
+  end
+
+  defp resolve(host) when is_tuple(host), do: {:ok, host}
+
+  defp resolve(host) do
+    with {:error, _} <- :inet.getaddr(to_charlist(host), :inet),
+         {:error, _} <- :inet.getaddr(to_charlist(host), :inet6) do
+      {:error, :nxdomain}
+    end
+  end
 end

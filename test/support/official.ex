@@ -60,6 +60,30 @@ defmodule RakNet.Test.Official do
     end
   end
 
+  @doc "Starts `official_connect_and_hang.py` against `port` and waits until it is connected."
+  @spec start_hanging_client(:inet.port_number()) :: port()
+  def start_hanging_client(udp_port) do
+    script = Path.join(@peers, "official_connect_and_hang.py")
+    args = [script, "127.0.0.1", Integer.to_string(udp_port)]
+
+    port =
+      Port.open({:spawn_executable, python()}, [:binary, :exit_status, {:line, 4096}, args: args])
+
+    receive do
+      {^port, {:data, {:eol, "CONNECTED"}}} -> port
+    after
+      10_000 -> raise "official client did not connect"
+    end
+  end
+
+  @doc "Kills a peer's OS process with SIGKILL (no disconnection notification)."
+  @spec kill(port()) :: :ok
+  def kill(port) do
+    {:os_pid, os_pid} = Port.info(port, :os_pid)
+    System.cmd("kill", ["-9", Integer.to_string(os_pid)])
+    :ok
+  end
+
   @doc "Closes a peer's Port (the script exits when its stdin closes)."
   @spec stop(port()) :: :ok
   def stop(port) do

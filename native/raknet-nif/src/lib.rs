@@ -337,6 +337,8 @@ fn conn_send<'a>(
 
 #[rustler::nif]
 fn conn_close(conn: ResourceArc<ConnResource>) -> Atom {
+    // Closing starts now: later sends fail at once, while queued data still drains.
+    conn.closed.store(true, Ordering::Relaxed);
     let _ = conn.tx.send(Command::Close { key: conn.key });
     atoms::ok()
 }

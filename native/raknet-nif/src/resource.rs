@@ -93,6 +93,7 @@ impl Resource for ConnResource {
     const IMPLEMENTS_DOWN: bool = true;
 
     fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
+        self.closed.store(true, Ordering::Relaxed);
         let _ = self.tx.send(Command::OwnerDown { key: self.key });
     }
 }

@@ -1,0 +1,217 @@
+defmodule RakNet.Server do
+  @moduledoc """
+  A RakNet server: a drop-in for X-Plane's `RakNet.Server`, with the protocol in Rust.
+
+      children = [
+        {RakNet.Server, [MyGame.Player, 19132, host: {127, 0, 0, 1}, client_timeout_ms: 20_000]}
+      ]
+
+      Supervisor.start_link(children, strategy: :one_for_one)
+
+  Each client that completes the RakNet handshake gets a `RakNet.Connection` process running
+  your `RakNet.Client` implementation for `MyGame.Player` (see that protocol for the
+  lifecycle). Options are listed in `RakNet.Server.Config`; they are validated at start and a
+  bad one raises `ArgumentError`.
+
+  Under the hood a server is a supervisor (`:rest_for_one`) of a `DynamicSupervisor` for the
+  connection processes and a listener process that owns the sockets: one IPv4 socket and,
+  with `open_ipv6_socket: true`, one IPv6 socket, each with its own protocol engine on a Rust
+  thread. Stopping the server (or its supervisor) sends every client a disconnection
+  notification first.
+  """
+  use Supervisor
+
+  alias RakNet.Server.{Config, Listener}
+
+  @doc "A child spec for `{RakNet.Server, [client_module, port | opts]}`."
+  @spec child_spec([term()]) :: Supervisor.child_spec()
+  def child_spec([client_module, port | opts]) do
+    %{
+      id: :"#{__MODULE__}:#{port}",
+      start: {__MODULE__, :start_link, [client_module, port, opts]},
+      type: :supervisor,
+      restart: :permanent
+    }
+  end
+
+  @doc """
+  Starts a server for `client_module` on `port` (0 picks a free port; see `info/1`).
+
+  Raises `ArgumentError` for invalid options; returns `{:error, reason}` when a socket cannot
+  be opened (`:eaddrinuse`, `:eacces`, ...).
+  """
+  @spec start_link(module(), :inet.port_number(), keyword()) :: Supervisor.on_start()
+  def start_link(client_module, port, opts \\ []) do
+    config = Config.new(client_module, port, opts)
+    Supervisor.start_link(__MODULE__, config)
+  end
+
+  @doc """
+  The bound ports, the number of connections and the engines' counters.
+
+      %{ipv4_port: 19132, ipv6_port: 19132, connections: 12, endpoints: [%{port: 19132, ...}]}
+  """
+  @spec info(Supervisor.supervisor()) :: map()
+  def info(server), do: GenServer.call(listener(server), :info)
+
+  @doc """
+  Replaces the unconnected-pong payload at once, e.g. a Bedrock MOTD with a new player count.
+  """
+  @spec set_offline_ping_response(Supervisor.supervisor(), binary()) :: :ok
+  def set_offline_ping_response(server, data) when is_binary(data) and byte_size(data) < 65_536,
+    do: GenServer.call(listener(server), {:set_offline_ping_response, data})
+
+  @doc "Stops the server gracefully."
+  @spec stop(Supervisor.supervisor()) :: :ok
+  def stop(server), do: Supervisor.stop(server)
+
+  defp listener(server) do
+    Enum.find_value(Supervisor.which_children(server), fn
+      {Listener, pid, _, _} when is_pid(pid) -> pid
+      _ -> nil
+    end) || exit({:noproc, {__MODULE__, :listener, [server]}})
+  end
+
+  @impl Supervisor
+  def init(%Config{} = config) do
+    children = [
+      {DynamicSupervisor, strategy: :one_for_one},
+      {Listener, {config, self()}}
+    ]
+
+    Supervisor.init(children, strategy: :rest_for_one)
+  end
+end
+
+defmodule RakNet.Server.Listener do
+  @moduledoc false
+  # Owns a server's endpoints (sockets + engines) and starts a RakNet.Connection for every
+  # client that completes the handshake.
+  use GenServer, shutdown: 5_000
+
+  require Logger
+
+  alias RakNet.Native
+  alias RakNet.Server.Config
+
+  # How long stopping waits for peers to acknowledge their disconnection notifications.
+  @stop_wait 3_000
+
+  def start_link(args), do: GenServer.start_link(__MODULE__, args)
+
+  @impl GenServer
+  def init({%Config{} = config, supervisor}) do
+    Process.flag(:trap_exit, true)
+
+    families =
+      [{config.open_ipv4_socket, :inet}, {config.open_ipv6_socket, :inet6}]
+      |> Enum.filter(&elem(&1, 0))
+      |> Enum.map(&elem(&1, 1))
+
+    case open(config, families, []) do
+      {:ok, endpoints} ->
+        {:ok, %{config: config, supervisor: supervisor, endpoints: endpoints, connections: nil}}
+
+      {:error, reason} ->
+        {:stop, reason}
+    end
+  end
+
+  defp open(_config, [], acc), do: {:ok, Enum.reverse(acc)}
+
+  defp open(config, [family | rest], acc) do
+    case Native.endpoint_start(Config.to_native(config, family), self()) do
+      {:ok, endpoint} ->
+        open(config, rest, [{family, endpoint} | acc])
+
+      {:error, reason} ->
+        Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint) end)
+        {:error, reason}
+    end
+  end
+
+  @impl GenServer
+  def handle_call(:info, _from, state) do
+    infos =
+      for {family, endpoint} <- state.endpoints, do: {family, Native.endpoint_info(endpoint)}
+
+    port = fn family -> infos |> Keyword.get(family, %{}) |> Map.get(:port) end
+    count = DynamicSupervisor.count_children(connections(state)).active
+
+    info = %{
+      ipv4_port: port.(:inet),
+      ipv6_port: port.(:inet6),
+      connections: count,
+      endpoints: Enum.map(infos, &elem(&1, 1))
+    }
+
+    {:reply, info, state}
+  end
+
+  def handle_call({:set_offline_ping_response, data}, _from, state) do
+    Enum.each(state.endpoints, fn {_, endpoint} ->
+      Native.endpoint_set_offline_ping_response(endpoint, data)
+    end)
+
+    {:reply, :ok, state}
+  end
+
+  @impl GenServer
+  def handle_info({:raknet_endpoint, _endpoint, :connected, conn, _info}, state) do
+    config = state.config
+    args = {:accepted, conn, struct(config.client_module), config.client_data}
+
+    case DynamicSupervisor.start_child(connections(state), {RakNet.Connection, args}) do
+      {:ok, _pid} ->
+        :ok
+
+      :ignore ->
+        :ok
+
+      {:error, reason} ->
+        Logger.warning("raknet: could not start a connection process: #{inspect(reason)}")
+        Native.conn_close(conn)
+    end
+
+    {:noreply, state}
+  end
+
+  def handle_info({:raknet_endpoint, _endpoint, :log, level, text}, state) do
+    Logger.log(level, "raknet: " <> text, raknet_port: state.config.port)
+    {:noreply, state}
+  end
+
+  def handle_info({:raknet_endpoint, _endpoint, :stopped}, state), do: {:noreply, state}
+  def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
+  def handle_info(_other, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, state) do
+    for {_, endpoint} <- state.endpoints, do: Native.endpoint_stop(endpoint)
+
+    deadline = System.monotonic_time(:millisecond) + @stop_wait
+
+    for {_, endpoint} <- state.endpoints do
+      wait = max(deadline - System.monotonic_time(:millisecond), 0)
+
+      receive do
+        {:raknet_endpoint, ^endpoint, :stopped} -> :ok
+      after
+        wait -> :ok
+      end
+    end
+
+    :ok
+  end
+
+  # The connection supervisor is the listener's elder sibling; found on first use, once the
+  # server's supervisor has finished starting its children.
+  defp connections(%{connections: nil, supervisor: sup}) do
+    Enum.find_value(Supervisor.which_children(sup), fn
+      {DynamicSupervisor, pid, _, _} -> pid
+      _ -> nil
+    end)
+  end
+
+  defp connections(%{connections: pid}), do: pid
+end

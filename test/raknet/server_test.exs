@@ -1,0 +1,323 @@
+defmodule RakNet.ServerTest do
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.{EchoClient, ReasonClient}
+
+  @reliabilities RakNet.ReliabilityLayer.Reliability.all()
+
+  defp start_server(opts \\ []) do
+    opts =
+      Keyword.merge([host: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+
+    module = Keyword.get(opts, :module, EchoClient)
+    spec = RakNet.Server.child_spec([module, 0 | Keyword.delete(opts, :module)])
+    pid = start_supervised!(%{spec | id: make_ref()})
+    {pid, RakNet.Server.info(pid)}
+  end
+
+  defp connect(port, host \\ "127.0.0.1") do
+    assert {:ok, conn} = RakNet.connect(host, port)
+    assert_receive {:client_new, server_side}, 5_000
+    {conn, server_side}
+  end
+
+  test "the usage example of X-Plane's README works unchanged" do
+    localhost = {127, 0, 0, 1}
+
+    spec = [
+      EchoClient,
+      0,
+      include_timestamp_with_datagrams: false,
+      host: localhost,
+      client_timeout_ms: 20 * 60 * 1_000,
+      open_ipv6_socket: false,
+      client_data: self()
+    ]
+
+    server = start_supervised!({RakNet.Server, spec})
+    %{ipv4_port: port} = RakNet.Server.info(server)
+    {conn, server_side} = connect(port)
+
+    assert {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "ahoy">>)
+    assert_receive {:client_received, ^server_side, 0x86, 4, transit}, 5_000
+    assert is_integer(transit)
+    assert_receive {:raknet, ^conn, 0x86, "ahoy", _}, 5_000
+    assert RakNet.Server.info(server).connections == 1
+  end
+
+  test "every reliability is delivered" do
+    {_server, %{ipv4_port: port}} = start_server()
+    {conn, _} = connect(port)
+
+    for {reliability, i} <- Enum.with_index(@reliabilities) do
+      assert {:ok, _} =
+               Connection.send(conn, reliability, <<0x86, i, "payload">>, channel: rem(i, 4))
+    end
+
+    for i <- 0..7 do
+      assert_receive {:raknet, ^conn, 0x86, <<^i, "payload">>, _}, 5_000
+    end
+  end
+
+  test "messages from 1 B to 1 MB arrive intact both ways" do
+    {_server, %{ipv4_port: port}} = start_server()
+    {conn, _} = connect(port)
+
+    for size <- [1, 2, 100, 1_400, 1_500, 5_000, 100_000, 1_000_000] do
+      payload = <<0x86, :crypto.strong_rand_bytes(size - 1)::binary>>
+      assert {:ok, nil} = Connection.send(conn, :reliable_ordered, payload)
+      <<type, rest::binary>> = payload
+      assert_receive {:raknet, ^conn, ^type, ^rest, _}, 10_000
+    end
+  end
+
+  test "ack receipts reach both sides" do
+    {_server, %{ipv4_port: port}} = start_server()
+    {conn, server_side} = connect(port)
+
+    assert {:ok, id} = Connection.send(conn, :reliable_ack_receipt, <<0x86>>)
+    assert is_integer(id) and id > 0
+    assert_receive {:raknet_receipt, ^conn, ^id, :acked}, 5_000
+
+    assert {:ok, server_id} =
+             Connection.send(server_side, :reliable_ordered_ack_receipt, <<0x87>>)
+
+    assert_receive {:raknet, ^conn, 0x87, "", _}, 5_000
+    # The server-side client module hears of it through got_ack/2.
+    assert_receive {:client_ack, ^server_side, ^server_id}, 5_000
+  end
+
+  test "the client closing reaches the server's disconnect/1" do
+    {_server, %{ipv4_port: port}} = start_server()
+    {conn, server_side} = connect(port)
+    ref = Process.monitor(server_side)
+
+    :ok = Connection.close(conn)
+    assert_receive {:raknet_disconnect, ^conn, :local_close}, 5_000
+    assert_receive {:client_disconnect, ^server_side}, 5_000
+    assert_receive {:DOWN, ^ref, :process, ^server_side, :normal}, 5_000
+    assert Connection.send(conn, :reliable, <<0x86>>) == {:error, :closed}
+  end
+
+  test "the server closing a connection reaches the client" do
+    {_server, %{ipv4_port: port}} = start_server()
+    {conn, server_side} = connect(port)
+
+    :ok = Connection.close(server_side)
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    assert_receive {:client_disconnect, ^server_side}, 5_000
+    assert Connection.send(server_side, :reliable, <<0x86>>) == {:error, :closed}
+  end
+
+  @tag :interop
+  test "a silent peer times out" do
+    {_server, %{ipv4_port: port}} = start_server(module: ReasonClient, client_timeout_ms: 500)
+    peer = RakNet.Test.Official.start_hanging_client(port)
+    refute_received {:disconnect_2, _, _}
+    # Kill the official client without a goodbye: the server hears nothing more.
+    RakNet.Test.Official.kill(peer)
+    assert_receive {:disconnect_2, _server_side, :timeout}, 5_000
+  end
+
+  test "an owner's death closes its connection" do
+    {_server, %{ipv4_port: port}} = start_server()
+    test = self()
+
+    owner =
+      spawn(fn ->
+        {:ok, conn} = RakNet.connect("127.0.0.1", port)
+        send(test, {:conn, conn})
+        Process.sleep(:infinity)
+      end)
+
+    assert_receive {:conn, conn}, 5_000
+    assert_receive {:client_new, server_side}, 5_000
+    Process.exit(owner, :kill)
+    assert_receive {:client_disconnect, ^server_side}, 5_000
+    assert Connection.send(conn, :reliable, <<0x86>>) == {:error, :closed}
+  end
+
+  test "a crashing handler closes its own connection only" do
+    {server, %{ipv4_port: port}} = start_server()
+    {victim, victim_side} = connect(port)
+    {survivor, _} = connect(port)
+    ref = Process.monitor(victim_side)
+
+    {:ok, nil} = Connection.send(victim, :reliable, <<0x99>>)
+    assert_receive {:DOWN, ^ref, :process, ^victim_side, {%RuntimeError{}, _}}, 5_000
+    assert_receive {:raknet_disconnect, ^victim, :peer_closed}, 5_000
+
+    {:ok, nil} = Connection.send(survivor, :reliable, <<0x86, "still here">>)
+    assert_receive {:raknet, ^survivor, 0x86, "still here", _}, 5_000
+    assert Process.alive?(server)
+  end
+
+  test "100 concurrent clients" do
+    {server, %{ipv4_port: port}} = start_server()
+    test = self()
+
+    tasks =
+      for i <- 1..100 do
+        Task.async(fn ->
+          {:ok, conn} = RakNet.connect("127.0.0.1", port)
+          {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+
+          receive do
+            {:raknet, ^conn, 0x86, <<^i::32>>, _} -> send(test, {:echoed, i})
+          after
+            10_000 -> send(test, {:timeout, i})
+          end
+
+          # Stay connected until the test has counted.
+          receive do
+            :done -> :ok
+          end
+        end)
+      end
+
+    for i <- 1..100, do: assert_receive({:echoed, ^i}, 20_000)
+    assert RakNet.Server.info(server).connections == 100
+    Enum.each(tasks, &send(&1.pid, :done))
+    Task.await_many(tasks)
+  end
+
+  test "IPv6 on ::1" do
+    {_server, info} =
+      start_server(open_ipv4_socket: false, open_ipv6_socket: true, ipv6_host: "::1")
+
+    assert info.ipv4_port == nil
+    {conn, _} = connect(info.ipv6_port, "::1")
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "v6">>)
+    assert_receive {:raknet, ^conn, 0x86, "v6", _}, 5_000
+    assert {:ok, %{address: {{0, 0, 0, 0, 0, 0, 0, 1}, _}}} = Connection.info(conn)
+  end
+
+  test "an Elixir client can run a RakNet.Client implementation too" do
+    {_server, %{ipv4_port: port}} = start_server()
+    assert {:ok, client} = RakNet.connect("127.0.0.1", port, client: {ReasonClient, self()})
+    assert_receive {:client_new, server_side}, 5_000
+    {:ok, nil} = Connection.send(client, :reliable, <<0x86, "ping">>)
+    assert_receive {:client_received, ^server_side, 0x86, 4, _}, 5_000
+    :ok = Connection.close(client)
+    assert_receive {:disconnect_2, ^client, :local_close}, 5_000
+    assert_receive {:client_disconnect, ^server_side}, 5_000
+  end
+
+  test "optional callbacks get the disconnect reason" do
+    {_server, %{ipv4_port: port}} = start_server(module: ReasonClient)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    :ok = Connection.close(conn)
+    assert_receive {:disconnect_2, _server_side, :peer_closed}, 5_000
+    refute_received {:disconnect_1, _}
+  end
+
+  test "stopping the server disconnects its clients" do
+    {server, %{ipv4_port: port}} = start_server()
+    {conn, _} = connect(port)
+    ref = Process.monitor(server)
+    Supervisor.stop(server)
+    assert_receive {:DOWN, ^ref, :process, ^server, _}
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    refute Process.alive?(server)
+  end
+
+  test "connect errors" do
+    {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})
+    {:ok, port} = :inet.port(silent)
+    assert RakNet.connect("127.0.0.1", port, timeout: 500) == {:error, :timeout}
+    assert RakNet.connect("no-such-host.invalid", 19_132) == {:error, :nxdomain}
+
+    {_server, %{ipv4_port: full}} = start_server(max_connections: 1)
+    {_conn, _} = connect(full)
+    assert RakNet.connect("127.0.0.1", full) == {:error, :no_free_incoming_connections}
+
+    {_server, %{ipv4_port: old}} = start_server(protocol_versions: [6])
+    assert {:error, {:incompatible_protocol, 6}} = RakNet.connect("127.0.0.1", old)
+  end
+
+  test "sends validate their arguments" do
+    {_server, %{ipv4_port: port}} = start_server()
+    {conn, _} = connect(port)
+    assert Connection.send(conn, :fast, <<0x86>>) == {:error, :bad_reliability}
+    assert Connection.send(conn, :reliable, <<0x86>>, channel: 32) == {:error, :bad_channel}
+
+    assert Connection.send(conn, :reliable, <<0x86>>, priority: :urgent) ==
+             {:error, :bad_priority}
+
+    assert Connection.send(conn, :reliable, <<>>) == {:error, :empty}
+    assert Connection.send(conn, :reliable, :not_binary) == {:error, :not_binary}
+
+    assert Connection.send(conn, :reliable, :binary.copy(<<0>>, 33 * 1024 * 1024)) ==
+             {:error, :too_large}
+
+    dead = spawn(fn -> :ok end)
+    assert Connection.send(dead, :reliable, <<0x86>>) == {:error, :closed}
+  end
+
+  test "the offline ping response can change live" do
+    {server, %{ipv4_port: port}} = start_server(offline_ping_response: "first")
+    assert {:ok, %{data: "first"}} = RakNet.Ping.ping("127.0.0.1", port)
+    :ok = RakNet.Server.set_offline_ping_response(server, "second")
+    assert {:ok, %{data: "second"}} = RakNet.Ping.ping("127.0.0.1", port)
+  end
+
+  describe "option validation" do
+    for {opts, message} <- [
+          {[host: "not an ip"], ":host must be an IP address"},
+          {[client_timeout_ms: 5], ":client_timeout_ms must be"},
+          {[max_mtu: 9000], ":max_mtu must be"},
+          {[min_mtu: 1400, max_mtu: 1200], ":min_mtu (1400) must not exceed"},
+          {[protocol_versions: []], ":protocol_versions must be"},
+          {[open_ipv4_socket: false, open_ipv6_socket: false], "at least one of"},
+          {[server_identifier: "short"], ":server_identifier must be"},
+          {[bogus: 1], "unknown option :bogus"}
+        ] do
+      test "rejects #{inspect(opts)}" do
+        assert_raise ArgumentError, ~r/#{Regex.escape(unquote(message))}/, fn ->
+          RakNet.Server.start_link(EchoClient, 0, unquote(opts))
+        end
+      end
+    end
+
+    test "accepts X-Plane's extra options" do
+      assert %RakNet.Server.Config{} =
+               RakNet.Server.Config.new(EchoClient, 0,
+                 custom_packets: [],
+                 custom_types: [],
+                 send: & &1
+               )
+    end
+
+    test "reports a port in use" do
+      {:ok, taken} = :gen_udp.open(0, ip: {127, 0, 0, 1})
+      {:ok, port} = :inet.port(taken)
+      Process.flag(:trap_exit, true)
+
+      assert {:error, _} =
+               RakNet.Server.start_link(EchoClient, port,
+                 host: {127, 0, 0, 1},
+                 open_ipv6_socket: false
+               )
+    end
+  end
+
+  defp client_opts do
+    %{
+      host: "127.0.0.1",
+      port: 0,
+      accept_incoming: false,
+      max_connections: 1,
+      protocol_versions: [11],
+      min_mtu: 400,
+      max_mtu: 1492,
+      timeout_ms: 10_000,
+      include_timestamp_with_datagrams: false,
+      offline_ping_response: "",
+      max_number_of_internal_ids: 10,
+      use_cookies: false,
+      guid: nil,
+      max_pending_deliveries: 10_000
+    }
+  end
+end

@@ -1,0 +1,48 @@
+defmodule RakNet.Test.EchoClient do
+  @moduledoc """
+  A `RakNet.Client` in the style of X-Plane's README: it tells the test process (its
+  `client_data`) about every callback and echoes each message back, reliable-ordered.
+  Messages of type 0x99 make it crash (to test isolation).
+  """
+  defstruct connection: nil, test: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.EchoClient do
+  def new(client, connection_pid, test_pid) do
+    send(test_pid, {:client_new, connection_pid})
+    %{client | connection: connection_pid, test: test_pid}
+  end
+
+  def receive(_client, 0x99, _buffer, _transit), do: raise("crash requested by the test")
+
+  def receive(client, type, buffer, transit) do
+    send(client.test, {:client_received, client.connection, type, byte_size(buffer), transit})
+
+    {:ok, _} =
+      RakNet.Connection.send(client.connection, :reliable_ordered, <<type, buffer::binary>>)
+  end
+
+  def got_ack(client, receipt_id),
+    do: send(client.test, {:client_ack, client.connection, receipt_id})
+
+  def disconnect(client), do: send(client.test, {:client_disconnect, client.connection})
+end
+
+defmodule RakNet.Test.ReasonClient do
+  @moduledoc "A `RakNet.Client` that also defines the optional `disconnect/2` and `got_loss/2`."
+  defstruct connection: nil, test: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.ReasonClient do
+  def new(client, connection_pid, test_pid),
+    do: %{client | connection: connection_pid, test: test_pid}
+
+  def receive(_client, _type, _buffer, _transit), do: :ok
+  def got_ack(_client, _id), do: :ok
+  def disconnect(client), do: send(client.test, {:disconnect_1, client.connection})
+
+  def disconnect(client, reason),
+    do: send(client.test, {:disconnect_2, client.connection, reason})
+
+  def got_loss(client, id), do: send(client.test, {:loss, id})
+end
