@@ -232,8 +232,13 @@ defmodule RakNet.ServerTest do
     {_conn, _} = connect(full)
     assert RakNet.connect("127.0.0.1", full) == {:error, :no_free_incoming_connections}
 
+    # A server speaking only a version we do not: refused with its version.
+    {_server, %{ipv4_port: other}} = start_server(protocol_versions: [5])
+    assert {:error, {:incompatible_protocol, 5}} = RakNet.connect("127.0.0.1", other)
+    # One speaking only 6 is reached by falling back from 11.
     {_server, %{ipv4_port: old}} = start_server(protocol_versions: [6])
-    assert {:error, {:incompatible_protocol, 6}} = RakNet.connect("127.0.0.1", old)
+    assert {:ok, conn} = RakNet.connect("127.0.0.1", old)
+    assert {:ok, %{protocol: 6}} = RakNet.Connection.info(conn)
   end
 
   test "sends validate their arguments" do

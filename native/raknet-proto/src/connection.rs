@@ -506,9 +506,21 @@ impl Connection {
                 self.send_internal(now, &request, Reliability::Reliable);
             }
             OfflineMessage::IncompatibleProtocolVersion(m) => {
-                self.fail(ConnectError::IncompatibleProtocol {
-                    server_protocol: m.protocol,
-                })
+                // Official clients give up; we retry once with the server's version when we
+                // speak it too (a Bedrock-style client reaching an official protocol-6 server).
+                if m.protocol != self.protocol
+                    && self.config.protocol_versions.contains(&m.protocol)
+                {
+                    self.protocol = m.protocol;
+                    *ocr2 = None;
+                    if let State::Offline { next_attempt, .. } = &mut self.state {
+                        *next_attempt = now;
+                    }
+                } else {
+                    self.fail(ConnectError::IncompatibleProtocol {
+                        server_protocol: m.protocol,
+                    })
+                }
             }
             OfflineMessage::AlreadyConnected(_) => self.fail(ConnectError::AlreadyConnected),
             OfflineMessage::NoFreeIncomingConnections(_) => {

@@ -286,3 +286,20 @@ fn unconnected_ping_returns_the_offline_response() {
     assert!(p.drive_until(Duration::from_secs(1), |p| p.client_events.len() == 2));
     assert!(matches!(&p.client_events[1], Event::Pong { pong, .. } if &pong.data[..] == b"MOTD 2"));
 }
+
+#[test]
+fn client_falls_back_to_the_servers_protocol_when_it_speaks_it() {
+    // A Bedrock-style client (11, 10, 6) reaching an official protocol-6 server.
+    let server = EndpointConfig {
+        protocol_versions: vec![6],
+        ..cfg()
+    };
+    let mut p = Pair::new(12, server, cfg(), LinkConfig::default());
+    p.connect();
+    let protocol = p.client_events.iter().find_map(|e| match e {
+        Event::Connected { protocol, .. } => Some(*protocol),
+        _ => None,
+    });
+    assert_eq!(protocol, Some(6));
+    assert_eq!(p.server.stats().incompatible_protocol, 1);
+}

@@ -15,8 +15,8 @@ def main():
     while time.time() < deadline:
         packet = peer.receive()
         if packet is not None and packet.data[0] == raknet.MessageIdentifiers.ID_UNCONNECTED_PONG:
-            # ID (1) + time (8) + GUID (8) + magic (16), then the offline ping response.
-            print("PONG " + packet.data[33:].hex(), flush=True)
+            # Official hands the app ID (1) + its 32-bit ping time (4), then the response.
+            print("PONG " + packet.data[5:].hex(), flush=True)
             peer.shutdown(0.1)
             return 0
         time.sleep(0.001)

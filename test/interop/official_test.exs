@@ -1,0 +1,69 @@
+defmodule RakNet.Interop.OfficialTest do
+  @moduledoc """
+  Against official RakNet 4.081 (the C++ library, from PyPI `raknet`): both roles, at
+  protocols 6 (official) and 11 (Minecraft Bedrock).
+  """
+  use ExUnit.Case, async: false
+  @moduletag :interop
+  @moduletag timeout: 120_000
+
+  alias RakNet.Test.{EchoClient, Official}
+
+  defp start_server(opts) do
+    opts =
+      Keyword.merge([host: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+
+    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
+    pid = start_supervised!(%{spec | id: make_ref()})
+    {pid, RakNet.Server.info(pid).ipv4_port}
+  end
+
+  for protocol <- [6, 11] do
+    test "the official client exchanges every reliability with RakNet.Server at protocol #{protocol}" do
+      {_server, port} = start_server([])
+      summary = Official.run_client(port, unquote(protocol))
+      # 32 messages: 8 reliabilities x 16 B, 1 KB, 5 KB, 100 KB, each echoed intact, plus the
+      # 12 ack receipts of the receipt kinds.
+      assert summary =~ ~r/^OK: protocol #{unquote(protocol)} sent 32 echoed 32/, summary
+      assert_receive {:client_new, server_side}, 5_000
+      # The official client disconnects cleanly at the end.
+      assert_receive {:client_disconnect, ^server_side}, 10_000
+    end
+
+    test "RakNet.connect exchanges every reliability with an official server at protocol #{protocol}" do
+      {peer, port} = Official.start_server(unquote(protocol))
+      on_exit(fn -> Official.stop(peer) end)
+      assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+      assert {:ok, %{protocol: unquote(protocol)}} = RakNet.Connection.info(conn)
+
+      sent =
+        for {size, s} <- Enum.with_index([16, 1_024, 5 * 1_024, 100 * 1_024]),
+            {reliability, r} <- Enum.with_index(RakNet.ReliabilityLayer.Reliability.all()),
+            into: %{} do
+          n = s * 8 + r
+          payload = <<n, :crypto.strong_rand_bytes(size - 2)::binary>>
+
+          assert {:ok, _} =
+                   RakNet.Connection.send(conn, reliability, <<0x86, payload::binary>>,
+                     channel: rem(n, 4)
+                   )
+
+          {n, payload}
+        end
+
+      for {n, payload} <- sent do
+        assert_receive {:raknet, ^conn, 0x86, <<^n, _::binary>> = ^payload, _}, 10_000
+      end
+
+      for _ <- 1..12, do: assert_receive({:raknet_receipt, ^conn, _, :acked}, 10_000)
+      :ok = RakNet.Connection.close(conn)
+      assert_receive {:raknet_disconnect, ^conn, :local_close}, 5_000
+    end
+  end
+
+  test "an official unconnected ping gets our MOTD" do
+    motd = "MCPE;raknet interop;527;1.19.1;0;10;1;raknet;Survival;1;19132;19133;"
+    {_server, port} = start_server(offline_ping_response: <<byte_size(motd)::16, motd::binary>>)
+    assert Official.ping(port) == <<byte_size(motd)::16, motd::binary>>
+  end
+end
