@@ -1,6 +1,6 @@
 # Entry points for humans and CI (.ci/run runs `make test`). Each target installs what it needs.
 #
-#   make server   run the example RakNet echo server (Bedrock MOTD pongs, echoes messages) on 127.0.0.1:19132
+#   make server   run the example RakNet echo server (live Bedrock MOTD, echoes messages) on udp 19132/19133
 #   make test     every check CI runs: rustfmt, clippy, cargo test, mix format, mix test
 #   make lint     the formatting and clippy checks alone
 #   make build    build the NIF and the Elixir app (mix compile; MIX_ENV defaults to dev)
@@ -63,7 +63,7 @@ lint: deps
 	$(MIX) format --check-formatted </dev/null
 
 server: deps
-	cargo run --release -p raknet-proto --example echo_server -- $(or $(ADDRESS),127.0.0.1:19132)
+	$(MIX) run examples/echo_server.exs $(or $(PORT),19132) </dev/null
 
 bench: deps
 	cargo build --release -p raknet-bench

@@ -18,6 +18,9 @@ defmodule RakNet.MixProject do
       compilers: [:raknet_native] ++ Mix.compilers(),
       elixirc_paths: elixirc_paths(Mix.env()),
       start_permanent: Mix.env() == :prod,
+      # Scripts such as examples/*.exs implement RakNet.Client at run time; consolidated
+      # protocols would ignore them. Test and prod builds consolidate as usual.
+      consolidate_protocols: Mix.env() != :dev,
       deps: [],
       description: "RakNet (UDP game networking protocol) for Elixir, backed by a Rust NIF"
     ]

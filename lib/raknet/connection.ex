@@ -130,8 +130,10 @@ defmodule RakNet.Connection do
     case Native.conn_set_owner(conn, self()) do
       :ok ->
         Process.put(:raknet_conn, conn)
-        client = RakNet.Client.new(client_struct, self(), client_data)
-        {:ok, %{conn: conn, client: client, delivered: 0, waiting: nil}}
+        # new/3 runs in handle_continue, not here: the server's listener waits for init to
+        # return, so a new/3 that calls the server (to update the MOTD, say) would deadlock.
+        {:ok, %{conn: conn, client: nil, delivered: 0, waiting: nil},
+         {:continue, {:new, client_struct, client_data}}}
 
       {:error, :closed} ->
         :ignore
@@ -156,6 +158,11 @@ defmodule RakNet.Connection do
       {:error, reason} ->
         {:stop, reason}
     end
+  end
+
+  @impl GenServer
+  def handle_continue({:new, client_struct, client_data}, state) do
+    {:noreply, %{state | client: RakNet.Client.new(client_struct, self(), client_data)}}
   end
 
   @impl GenServer

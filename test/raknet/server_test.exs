@@ -260,6 +260,21 @@ defmodule RakNet.ServerTest do
     assert Connection.send(dead, :reliable, <<0x86>>) == {:error, :closed}
   end
 
+  test "new/3 may call its own server" do
+    key = {__MODULE__, make_ref()}
+    server_fun = fn -> :persistent_term.get(key) end
+
+    {server, %{ipv4_port: port}} =
+      start_server(module: RakNet.Test.CallsServerClient, client_data: {self(), server_fun})
+
+    :persistent_term.put(key, server)
+    on_exit(fn -> :persistent_term.erase(key) end)
+
+    assert {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+    assert {:ok, %{data: "one player"}} = RakNet.Ping.ping("127.0.0.1", port)
+  end
+
   test "the offline ping response can change live" do
     {server, %{ipv4_port: port}} = start_server(offline_ping_response: "first")
     assert {:ok, %{data: "first"}} = RakNet.Ping.ping("127.0.0.1", port)

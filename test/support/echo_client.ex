@@ -46,3 +46,20 @@ defimpl RakNet.Client, for: RakNet.Test.ReasonClient do
 
   def got_loss(client, id), do: send(client.test, {:loss, id})
 end
+
+defmodule RakNet.Test.CallsServerClient do
+  @moduledoc "A `RakNet.Client` whose `new/3` calls back into its server (updates the MOTD)."
+  defstruct []
+end
+
+defimpl RakNet.Client, for: RakNet.Test.CallsServerClient do
+  def new(client, connection_pid, {test, server_fun}) do
+    :ok = RakNet.Server.set_offline_ping_response(server_fun.(), "one player")
+    send(test, {:client_new, connection_pid})
+    client
+  end
+
+  def receive(_client, _type, _buffer, _transit), do: :ok
+  def got_ack(_client, _id), do: :ok
+  def disconnect(_client), do: :ok
+end

@@ -1,0 +1,84 @@
+# A RakNet echo server with a live Bedrock MOTD: `make server`, or
+#
+#     mix run examples/echo_server.exs [PORT]
+#
+# Listens on udp/PORT (default 19132) on 127.0.0.1 and on PORT + 1 on ::1 (set HOST and HOST6,
+# e.g. HOST=0.0.0.0 HOST6=::, to accept other machines), answers unconnected pings with a
+# Minecraft Bedrock MOTD showing the player count, and sends every message back reliable-ordered.
+# Try it with `mix raknet.ping 127.0.0.1 19132` and `mix raknet.load --port 19132`.
+
+defmodule EchoServer.Motd do
+  @moduledoc "Counts players and keeps the server's MOTD up to date."
+  use Agent
+
+  def start_link(server), do: Agent.start_link(fn -> {server, 0} end, name: __MODULE__)
+  def join, do: update(+1)
+  def leave, do: update(-1)
+
+  defp update(delta) do
+    Agent.update(__MODULE__, fn {server, players} ->
+      players = players + delta
+      RakNet.Server.set_offline_ping_response(server, motd(players))
+      {server, players}
+    end)
+  end
+
+  def motd(players) do
+    text = "MCPE;raknet echo server;527;1.19.1;#{players};100;0;raknet;Survival;1;19132;19133;"
+    <<byte_size(text)::16, text::binary>>
+  end
+end
+
+defmodule EchoServer.Player do
+  @moduledoc "One connected player: echoes what it receives."
+  defstruct [:connection]
+end
+
+defimpl RakNet.Client, for: EchoServer.Player do
+  require Logger
+
+  def new(player, connection, _client_data) do
+    {:ok, info} = RakNet.Connection.info(connection)
+
+    Logger.info(
+      "player connected from #{inspect(info.address)} (protocol #{info.protocol}, MTU #{info.mtu})"
+    )
+
+    EchoServer.Motd.join()
+    %{player | connection: connection}
+  end
+
+  def receive(player, type, buffer, _transit_time) do
+    RakNet.Connection.send(player.connection, :reliable_ordered, <<type, buffer::binary>>)
+  end
+
+  def got_ack(_player, _receipt), do: :ok
+
+  def disconnect(_player) do
+    Logger.info("player disconnected")
+    EchoServer.Motd.leave()
+  end
+end
+
+port = System.argv() |> List.first("19132") |> String.to_integer()
+host = System.get_env("HOST", "127.0.0.1")
+host6 = System.get_env("HOST6", "::1")
+
+{:ok, server} =
+  RakNet.Server.start_link(EchoServer.Player, port,
+    host: host,
+    open_ipv6_socket: true,
+    ipv6_host: host6,
+    ipv6_port: port + 1,
+    offline_ping_response: EchoServer.Motd.motd(0)
+  )
+
+{:ok, _} = EchoServer.Motd.start_link(server)
+info = RakNet.Server.info(server)
+
+IO.puts(
+  "raknet echo server on udp #{host}:#{info.ipv4_port} and [#{host6}]:#{info.ipv6_port}; Ctrl-C twice to stop"
+)
+
+# The server is linked to this script's process: keep it alive.
+Process.sleep(:infinity)
