@@ -122,6 +122,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();
+    let panic_me = me.clone();
     let max_pending = options.max_pending_deliveries;
     let spawned = std::thread::Builder::new()
         .name(format!("raknet-{}", local.port()))
@@ -139,17 +140,33 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
                     Ok::<(), std::io::Error>(())
                 })
             });
-            // A panic ends this endpoint only: the BEAM and every other endpoint live on.
+            // A panic ends this endpoint only: the BEAM and every other endpoint live on. The
+            // owner hears of it (for Logger) and gets :stopped so that nothing waits forever.
             if let Err(panic) = std::panic::catch_unwind(run) {
                 let what = panic
                     .downcast_ref::<&str>()
                     .copied()
                     .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
                     .unwrap_or("?");
-                eprintln!(
-                    "raknet: endpoint thread on port {} panicked: {what}",
+                let text = format!(
+                    "endpoint thread on port {} panicked: {what}; the endpoint is closed",
                     local.port()
                 );
+                let mut env = rustler::OwnedEnv::new();
+                let me = panic_me.clone();
+                let _ = env.send_and_clear(&owner, |env| {
+                    (
+                        atoms::raknet_endpoint(),
+                        me,
+                        atoms::log(),
+                        atoms::error(),
+                        text,
+                    )
+                        .encode(env)
+                });
+                let _ = env.send_and_clear(&owner, |env| {
+                    (atoms::raknet_endpoint(), panic_me, atoms::stopped()).encode(env)
+                });
             }
         });
     match spawned {
