@@ -135,7 +135,9 @@ defmodule RakNet.Ping do
       max_number_of_internal_ids: 10,
       use_cookies: false,
       guid: nil,
-      max_pending_deliveries: 10_000
+      max_pending_deliveries: 10_000,
+      # One socket per endpoint, but all client endpoints share one runtime thread.
+      shared_thread: true
     }
   end
 end

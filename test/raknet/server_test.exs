@@ -153,9 +153,10 @@ defmodule RakNet.ServerTest do
     assert Process.alive?(server)
   end
 
-  test "100 concurrent clients" do
+  test "100 concurrent clients share one client thread" do
     {server, %{ipv4_port: port}} = start_server()
     test = self()
+    threads_before = os_threads()
 
     tasks =
       for i <- 1..100 do
@@ -178,6 +179,9 @@ defmodule RakNet.ServerTest do
 
     for i <- 1..100, do: assert_receive({:echoed, ^i}, 20_000)
     assert RakNet.Server.info(server).connections == 100
+    # 100 client sockets (one per connection to the same server), yet at most the shared
+    # client thread was added to the VM.
+    assert os_threads() - threads_before <= 2
     Enum.each(tasks, &send(&1.pid, :done))
     Task.await_many(tasks)
   end
@@ -320,6 +324,10 @@ defmodule RakNet.ServerTest do
                  open_ipv6_socket: false
                )
     end
+  end
+
+  defp os_threads do
+    "/proc/#{System.pid()}/task" |> File.ls!() |> length()
   end
 
   defp client_opts do

@@ -16,6 +16,8 @@ pub(crate) struct EndpointOptions {
     pub(crate) bind: SocketAddr,
     /// One IPv6 socket that also carries IPv4 (host `::` only).
     pub(crate) dual_stack: bool,
+    /// Run on the node's shared client thread instead of a thread of its own.
+    pub(crate) shared_thread: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) max_pending_deliveries: usize,
 }
@@ -74,6 +76,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
     Ok(EndpointOptions {
         bind: SocketAddr::new(ip, port),
         dual_stack,
+        shared_thread: get::<bool>(map, "shared_thread").unwrap_or(false),
         config,
         max_pending_deliveries: get::<usize>(map, "max_pending_deliveries")?.max(16),
     })

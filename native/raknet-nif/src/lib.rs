@@ -90,6 +90,108 @@ fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<StdUdpSocket> {
     Ok(socket.into())
 }
 
+/// Tell an endpoint's owner that its thread or task panicked: a log line for Logger, then
+/// `:stopped` so that nothing waits forever.
+fn report_panic(me: ResourceArc<EndpointResource>, owner: LocalPid, local: SocketAddr, what: &str) {
+    let text = format!(
+        "endpoint on port {} panicked: {what}; the endpoint is closed",
+        local.port()
+    );
+    let mut env = rustler::OwnedEnv::new();
+    let m = me.clone();
+    let _ = env.send_and_clear(&owner, |env| {
+        (
+            atoms::raknet_endpoint(),
+            m,
+            atoms::log(),
+            atoms::error(),
+            text,
+        )
+            .encode(env)
+    });
+    let _ = env.send_and_clear(&owner, |env| {
+        (atoms::raknet_endpoint(), me, atoms::stopped()).encode(env)
+    });
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+type DriverFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>>;
+
+/// A server endpoint: a thread of its own running a current-thread runtime.
+fn spawn_own_thread(
+    driver: impl std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    me: ResourceArc<EndpointResource>,
+    owner: LocalPid,
+    local: SocketAddr,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("raknet-{}", local.port()))
+        .spawn(move || {
+            let run = std::panic::AssertUnwindSafe(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .enable_time()
+                    .build()?;
+                runtime.block_on(driver)
+            });
+            // A panic ends this endpoint only: the BEAM and every other endpoint live on.
+            if let Err(panic) = std::panic::catch_unwind(run) {
+                report_panic(me, owner, local, &panic_text(panic.as_ref()));
+            }
+        })?;
+    Ok(())
+}
+
+/// The node's shared client thread: client endpoints run there as tasks, so thousands of
+/// outgoing connections (one socket each) cost one thread, not thousands.
+fn shared_runtime() -> std::io::Result<tokio::runtime::Handle> {
+    static SHARED: std::sync::Mutex<Option<tokio::runtime::Handle>> = std::sync::Mutex::new(None);
+    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(handle) = shared.as_ref() {
+        return Ok(handle.clone());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("raknet-clients".into())
+        .spawn(move || {
+            // Tasks that panic are caught by tokio; this thread runs for the life of the VM.
+            runtime.block_on(std::future::pending::<()>());
+        })?;
+    *shared = Some(handle.clone());
+    Ok(handle)
+}
+
+fn spawn_shared(
+    driver: impl std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    me: ResourceArc<EndpointResource>,
+    owner: LocalPid,
+    local: SocketAddr,
+) -> std::io::Result<()> {
+    let handle = shared_runtime()?;
+    let driver: DriverFuture = Box::pin(driver);
+    let task = handle.spawn(driver);
+    handle.spawn(async move {
+        if let Err(e) = task.await {
+            if e.is_panic() {
+                report_panic(me, owner, local, &panic_text(e.into_panic().as_ref()));
+            }
+        }
+    });
+    Ok(())
+}
+
 #[rustler::nif]
 fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a> {
     let options = match convert::endpoint_options(opts) {
@@ -122,55 +224,21 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();
-    let panic_me = me.clone();
     let max_pending = options.max_pending_deliveries;
-    let spawned = std::thread::Builder::new()
-        .name(format!("raknet-{}", local.port()))
-        .spawn(move || {
-            let run = std::panic::AssertUnwindSafe(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_io()
-                    .enable_time()
-                    .build()?;
-                runtime.block_on(async move {
-                    let socket = tokio::net::UdpSocket::from_std(socket)?;
-                    driver::Driver::new(endpoint, socket, rx, thread_me, owner, max_pending)
-                        .run()
-                        .await;
-                    Ok::<(), std::io::Error>(())
-                })
-            });
-            // A panic ends this endpoint only: the BEAM and every other endpoint live on. The
-            // owner hears of it (for Logger) and gets :stopped so that nothing waits forever.
-            if let Err(panic) = std::panic::catch_unwind(run) {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("?");
-                let text = format!(
-                    "endpoint thread on port {} panicked: {what}; the endpoint is closed",
-                    local.port()
-                );
-                let mut env = rustler::OwnedEnv::new();
-                let me = panic_me.clone();
-                let _ = env.send_and_clear(&owner, |env| {
-                    (
-                        atoms::raknet_endpoint(),
-                        me,
-                        atoms::log(),
-                        atoms::error(),
-                        text,
-                    )
-                        .encode(env)
-                });
-                let _ = env.send_and_clear(&owner, |env| {
-                    (atoms::raknet_endpoint(), panic_me, atoms::stopped()).encode(env)
-                });
-            }
-        });
+    let driver = async move {
+        let socket = tokio::net::UdpSocket::from_std(socket)?;
+        driver::Driver::new(endpoint, socket, rx, thread_me, owner, max_pending)
+            .run()
+            .await;
+        Ok::<(), std::io::Error>(())
+    };
+    let spawned = if options.shared_thread {
+        spawn_shared(driver, me.clone(), owner, local)
+    } else {
+        spawn_own_thread(driver, me.clone(), owner, local)
+    };
     match spawned {
-        Ok(_) => (atoms::ok(), me).encode(env),
+        Ok(()) => (atoms::ok(), me).encode(env),
         Err(e) => error(env, io_error(&e)),
     }
 }
