@@ -26,6 +26,10 @@ defmodule RakNet.ClientEndpoint do
 
   def start_link(_args), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
 
+  @doc "Any client endpoint of `ip`'s address family (for pings: no reservation)."
+  @spec any(:inet.ip_address()) :: {:ok, reference()} | {:error, term()}
+  def any(ip), do: GenServer.call(__MODULE__, {:any, ip})
+
   @doc "An endpoint for connecting to `ip:port` with no connection to that server yet."
   @spec checkout(:inet.ip_address(), :inet.port_number()) :: {:ok, reference()} | {:error, term()}
   def checkout(ip, port), do: GenServer.call(__MODULE__, {:checkout, ip, port})
@@ -34,8 +38,27 @@ defmodule RakNet.ClientEndpoint do
   def init(:ok), do: {:ok, %{endpoints: %{}, used: %{}}}
 
   @impl GenServer
+  def handle_call({:any, ip}, _from, state) do
+    family = family(ip)
+
+    case Map.get(state.endpoints, family, []) do
+      [endpoint | _] ->
+        {:reply, {:ok, endpoint}, state}
+
+      [] ->
+        case start_endpoint(family) do
+          {:error, _} = error ->
+            {:reply, error, state}
+
+          endpoint ->
+            {:reply, {:ok, endpoint},
+             %{state | endpoints: Map.put(state.endpoints, family, [endpoint])}}
+        end
+    end
+  end
+
   def handle_call({:checkout, ip, port}, _from, state) do
-    family = if tuple_size(ip) == 4, do: :inet, else: :inet6
+    family = family(ip)
     endpoints = Map.get(state.endpoints, family, [])
     # An endpoint may hold one connection per server address: use the first without one.
     free =
@@ -74,8 +97,13 @@ defmodule RakNet.ClientEndpoint do
 
   def handle_info(_other, state), do: {:noreply, state}
 
-  defp start_endpoint(family) do
-    opts = %{
+  defp family(ip) when tuple_size(ip) == 4, do: :inet
+  defp family(_ip), do: :inet6
+
+  @doc "The `endpoint_start` options of a client endpoint of `family` (docs/nif-contract.md)."
+  @spec native_opts(:inet | :inet6) :: map()
+  def native_opts(family) do
+    %{
       host: if(family == :inet, do: "0.0.0.0", else: "::"),
       port: 0,
       accept_incoming: false,
@@ -93,6 +121,10 @@ defmodule RakNet.ClientEndpoint do
       # One socket per endpoint, but all client endpoints share one runtime thread.
       shared_thread: true
     }
+  end
+
+  defp start_endpoint(family) do
+    opts = native_opts(family)
 
     case RakNet.Native.endpoint_start(opts, self()) do
       {:ok, endpoint} -> endpoint

@@ -69,20 +69,14 @@ defmodule RakNet.Ping do
     timeout = Keyword.get(opts, :timeout, 3000)
 
     with {:ok, ip} <- resolve(host),
-         {:ok, endpoint} <- RakNet.Native.endpoint_start(endpoint_opts(ip), self()) do
-      try do
-        :ok =
-          RakNet.Native.endpoint_ping(endpoint, ip |> :inet.ntoa() |> to_string(), port, self())
-
-        receive do
-          {:raknet_pong, ^endpoint, address, guid, data, rtt_us} ->
-            {:ok,
-             %{address: address, guid: guid, data: data, motd: parse_motd(data), rtt_us: rtt_us}}
-        after
-          timeout -> {:error, :timeout}
-        end
+         {:ok, endpoint} <- RakNet.ClientEndpoint.any(ip),
+         address = ip |> :inet.ntoa() |> to_string(),
+         :ok <- RakNet.Native.endpoint_ping(endpoint, address, port, self()) do
+      receive do
+        {:raknet_pong, ^endpoint, {^ip, ^port} = from, guid, data, rtt_us} ->
+          {:ok, %{address: from, guid: guid, data: data, motd: parse_motd(data), rtt_us: rtt_us}}
       after
-        RakNet.Native.endpoint_stop(endpoint)
+        timeout -> {:error, :timeout}
       end
     end
   end
@@ -117,27 +111,5 @@ defmodule RakNet.Ping do
       {:ok, ip} -> {:ok, ip}
       {:error, _} -> :inet.getaddr(host, :inet6)
     end
-  end
-
-  # A client-only endpoint on an ephemeral port of the right address family.
-  defp endpoint_opts(ip) do
-    %{
-      host: if(tuple_size(ip) == 4, do: "0.0.0.0", else: "::"),
-      port: 0,
-      accept_incoming: false,
-      max_connections: 1,
-      protocol_versions: [11, 10, 6],
-      min_mtu: 400,
-      max_mtu: 1492,
-      timeout_ms: 10_000,
-      include_timestamp_with_datagrams: false,
-      offline_ping_response: "",
-      max_number_of_internal_ids: 10,
-      use_cookies: false,
-      guid: nil,
-      max_pending_deliveries: 10_000,
-      # One socket per endpoint, but all client endpoints share one runtime thread.
-      shared_thread: true
-    }
   end
 end

@@ -285,6 +285,17 @@ fn parse_host(host: &str) -> Option<IpAddr> {
     }
 }
 
+/// The address `host:port` if this endpoint can reach it.
+fn target(endpoint: &EndpointResource, host: &str, port: u16) -> Result<SocketAddr, Atom> {
+    // Names are resolved by the Elixir side (:inet.getaddr); nothing here blocks on DNS.
+    let ip = parse_host(host).ok_or_else(atoms::nxdomain)?;
+    if endpoint.reaches(ip) {
+        Ok(SocketAddr::new(ip, port))
+    } else {
+        Err(atoms::einval())
+    }
+}
+
 #[rustler::nif]
 fn endpoint_ping<'a>(
     env: Env<'a>,
@@ -293,16 +304,11 @@ fn endpoint_ping<'a>(
     port: u16,
     owner: LocalPid,
 ) -> Term<'a> {
-    let Some(ip) = parse_host(&host) else {
-        return error(env, atoms::nxdomain());
+    let addr = match target(&endpoint, &host, port) {
+        Ok(addr) => addr,
+        Err(reason) => return error(env, reason),
     };
-    if !endpoint.reaches(ip) {
-        return error(env, atoms::einval());
-    }
-    match endpoint.tx.send(Command::Ping {
-        addr: SocketAddr::new(ip, port),
-        owner,
-    }) {
+    match endpoint.tx.send(Command::Ping { addr, owner }) {
         Ok(()) => atoms::ok().encode(env),
         Err(_) => error(env, atoms::closed()),
     }
@@ -316,13 +322,10 @@ fn endpoint_connect<'a>(
     port: u16,
     owner: LocalPid,
 ) -> Term<'a> {
-    // Names are resolved by the Elixir side (:inet.getaddr); nothing here blocks on DNS.
-    let Some(ip) = parse_host(&host) else {
-        return error(env, atoms::nxdomain());
+    let addr = match target(&endpoint, &host, port) {
+        Ok(addr) => addr,
+        Err(reason) => return error(env, reason),
     };
-    if !endpoint.reaches(ip) {
-        return error(env, atoms::einval());
-    }
     let limits = raknet_proto::Limits::default();
     let conn = ResourceArc::new(ConnResource::new(
         endpoint.tx.clone(),
@@ -334,7 +337,7 @@ fn endpoint_connect<'a>(
         .tx
         .send(Command::Connect {
             conn: conn.clone(),
-            addr: SocketAddr::new(ip, port),
+            addr,
             owner,
         })
         .is_err()

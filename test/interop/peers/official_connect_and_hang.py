@@ -1,5 +1,6 @@
 """Official RakNet 4.081 (PyPI `raknet`) connects to HOST PORT, prints "CONNECTED", then does
 nothing: a peer to kill -9 for timeout tests. Exits after 30 s at the latest."""
+import signal
 import sys
 import time
 
@@ -7,6 +8,8 @@ import raknet
 
 
 def main():
+    # The test's Port may close first: exit quietly instead of a BrokenPipe traceback.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     host, port = sys.argv[1], int(sys.argv[2])
     peer = raknet.RakPeer()
     peer.startup(port=0, max_connections=1)

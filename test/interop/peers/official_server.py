@@ -5,6 +5,7 @@ message (first byte >= 0x86) back RELIABLE_ORDERED on channel 0, prints "CONNECT
 "DISCONNECTED" lines, and exits when stdin closes (the test's Port) or after 60 s.
 """
 import select
+import signal
 import sys
 import time
 
@@ -16,6 +17,8 @@ M = raknet.MessageIdentifiers
 
 
 def main():
+    # The test's Port may close first: exit quietly instead of a BrokenPipe traceback.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     protocol = int(sys.argv[1])
     peer = raknet.RakPeer()
     peer.startup(host="127.0.0.1", port=0, max_connections=32, protocol_version=protocol,
