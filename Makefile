@@ -4,8 +4,8 @@
 #   make test     every check CI runs: rustfmt, clippy, cargo test, mix format, mix test
 #   make lint     the formatting and clippy checks alone
 #   make build    build the NIF and the Elixir app (mix compile; MIX_ENV defaults to dev)
-#   make bench    benchmarks: codec decoding, engine messages/s and bulk transfer over the simulator,
-#                 raw loopback UDP (the physical limit)
+#   make bench    benchmarks: codec, engine over the simulator, raw loopback UDP, and RakNet.Server
+#                 end to end (throughput, official RakNet side by side, latency, scale); bench/results/
 #   make fuzz     run every cargo-fuzz target for FUZZ_SECONDS each (default 60)
 #   make venv     Python venv with official RakNet (PyPI `raknet`), for interop tests
 #   make clean    remove build output (Mix and cargo)
@@ -65,11 +65,12 @@ lint: deps
 server: deps
 	$(MIX) run examples/echo_server.exs $(or $(PORT),19132) </dev/null
 
-bench: deps
+bench: deps venv
 	cargo build --release -p raknet-bench
 	./target/release/codec
 	./target/release/engine
 	./target/release/udp
+	$(MIX) run bench/run.exs </dev/null
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := datagram frame ack offline connected_message address

@@ -50,7 +50,8 @@ defmodule RakNet do
     * without `:client`, the caller owns the connection and receives
       `{:raknet, conn, type, payload, transit_time}`, `{:raknet_receipt, conn, id, :acked | :lost}`
       and `{:raknet_disconnect, conn, reason}` itself; the result is `{:ok, conn}`, a handle
-      that every `RakNet.Connection` function takes;
+      that every `RakNet.Connection` function takes (keeping up with its mailbox is then the
+      caller's job: no delivery budget applies);
     * `:timeout` - ms to wait for the handshake (default 10 000).
 
   Failures: `{:error, {:incompatible_protocol, server_version}}`,

@@ -457,7 +457,10 @@ impl Driver {
                     Some(pid) => {
                         let pending = slot.res.undelivered.fetch_add(1, Ordering::Relaxed) + 1;
                         send_message(&mut self.env, &pid, &slot.res, &payload, transit);
-                        if pending > self.max_pending && !slot.reported {
+                        if pending > self.max_pending
+                            && !slot.reported
+                            && slot.res.flow_controlled.load(Ordering::Relaxed)
+                        {
                             // The owner is hopelessly behind: stop feeding it (bounded memory).
                             slot.reported = true;
                             send_disconnect(&mut self.env, &pid, &slot.res, Reason::Overloaded);

@@ -352,6 +352,7 @@ fn conn_set_owner(env: Env<'_>, conn: ResourceArc<ConnResource>, pid: LocalPid) 
     if conn.closed.load(Ordering::Relaxed) && conn.tx.is_closed() {
         return error(env, atoms::closed());
     }
+    conn.flow_controlled.store(true, Ordering::Relaxed);
     let mut monitor = conn.monitor.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(old) = monitor.take() {
         env.demonitor(&conn, &old);
@@ -444,6 +445,7 @@ fn conn_info(env: Env<'_>, conn: ResourceArc<ConnResource>) -> Term<'_> {
 
 #[rustler::nif]
 fn conn_delivered(conn: ResourceArc<ConnResource>, count: usize) -> Atom {
+    conn.flow_controlled.store(true, Ordering::Relaxed);
     let _ = conn
         .undelivered
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {

@@ -52,6 +52,9 @@ pub(crate) struct ConnResource {
     pub(crate) backlog: AtomicUsize,
     /// Messages sent to the owner and not yet confirmed with `conn_delivered`.
     pub(crate) undelivered: AtomicUsize,
+    /// Whether the owner takes part in flow control (it called `conn_set_owner` or
+    /// `conn_delivered`); only then is the delivery budget enforced.
+    pub(crate) flow_controlled: AtomicBool,
     pub(crate) max_send_bytes: usize,
     pub(crate) max_message_bytes: usize,
     pub(crate) monitor: Mutex<Option<Monitor>>,
@@ -71,6 +74,7 @@ impl ConnResource {
             pending_bytes: AtomicUsize::new(0),
             backlog: AtomicUsize::new(0),
             undelivered: AtomicUsize::new(0),
+            flow_controlled: AtomicBool::new(false),
             max_send_bytes,
             max_message_bytes,
             monitor: Mutex::new(None),
