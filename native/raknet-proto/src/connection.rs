@@ -95,6 +95,11 @@ enum State {
     Closed,
 }
 
+/// Acknowledge at once when this many datagrams are waiting for an ACK, instead of waiting
+/// for the ACK delay: a busy sender's window is then released every few datagrams (as TCP
+/// acknowledges every second segment), while sparse traffic still gets batched ACKs.
+const ACK_EVERY: usize = 16;
+
 /// Delivered message, before classification.
 struct Delivered(Bytes);
 
@@ -1031,7 +1036,11 @@ impl Connection {
             return false;
         };
         let draining = matches!(self.state, State::Draining { .. });
-        if now < since + self.config.ack_delay && !draining && self.acks.len() < 64 {
+        if now < since + self.config.ack_delay
+            && !draining
+            && self.acks.len() < 64
+            && self.acks.numbers() < ACK_EVERY
+        {
             return false;
         }
         let timestamp = self

@@ -112,6 +112,8 @@ pub(crate) struct PendingRanges {
     /// When the oldest pending number was added.
     pub(crate) since: Option<Instant>,
     count: usize,
+    /// Numbers added since the last `take`.
+    numbers: usize,
 }
 
 impl PendingRanges {
@@ -123,8 +125,14 @@ impl PendingRanges {
         self.count
     }
 
+    /// How many sequence numbers were added since the ranges were last taken.
+    pub(crate) fn numbers(&self) -> usize {
+        self.numbers
+    }
+
     pub(crate) fn push(&mut self, now: Instant, seq: DatagramSeq) {
         self.since.get_or_insert(now);
+        self.numbers += 1;
         if let Some(last) = self.ranges.back_mut() {
             if seq.get() != 0 && last.end.next() == seq {
                 last.end = seq;
@@ -202,6 +210,7 @@ impl PendingRanges {
         self.count = self.ranges.len();
         if self.ranges.is_empty() {
             self.since = None;
+            self.numbers = 0;
         }
         out
     }

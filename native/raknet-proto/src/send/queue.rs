@@ -70,6 +70,10 @@ pub(crate) struct SendQueue {
     /// Weighted-fair-queueing clock of High, Medium and Low: the queue with the smallest
     /// value goes next, and each frame taken advances its queue by 1, 2 or 4.
     credit: [u64; 3],
+    /// When the oldest queued unreliable frame was queued (possibly one already sent): no
+    /// expiry scan is needed before it can have expired, so a deep reliable backlog costs
+    /// nothing per timer.
+    oldest_unreliable: Option<Instant>,
     /// Payload bytes waiting.
     pub(crate) bytes: usize,
 }
@@ -130,6 +134,9 @@ impl SendQueue {
             self.sequenced_write[c] = self.sequenced_write[c].next();
         }
         self.bytes += payload.len();
+        if !reliability.is_reliable() && self.oldest_unreliable.is_none() {
+            self.oldest_unreliable = Some(now);
+        }
         let queue = &mut self.queues[priority as usize];
         if !split {
             template.payload = payload;
@@ -199,26 +206,41 @@ impl SendQueue {
         timeout: Duration,
         mut discard: impl FnMut(Pending),
     ) {
-        for q in &mut self.queues {
-            if !q.iter().any(|p| {
-                !p.frame.reliability.is_reliable()
-                    && now.saturating_duration_since(p.queued_at) > timeout
-            }) {
-                continue;
-            }
-            let mut kept = VecDeque::with_capacity(q.len());
-            for p in q.drain(..) {
-                if !p.frame.reliability.is_reliable()
-                    && now.saturating_duration_since(p.queued_at) > timeout
-                {
-                    self.bytes -= p.frame.payload.len();
-                    discard(p);
-                } else {
-                    kept.push_back(p);
-                }
-            }
-            *q = kept;
+        if self
+            .oldest_unreliable
+            .is_none_or(|t| now.saturating_duration_since(t) <= timeout)
+        {
+            return;
         }
+        let expired = |p: &Pending| {
+            !p.frame.reliability.is_reliable()
+                && now.saturating_duration_since(p.queued_at) > timeout
+        };
+        let mut oldest: Option<Instant> = None;
+        for q in &mut self.queues {
+            if q.iter().any(expired) {
+                let mut kept = VecDeque::with_capacity(q.len());
+                for p in q.drain(..) {
+                    if expired(&p) {
+                        self.bytes -= p.frame.payload.len();
+                        discard(p);
+                    } else {
+                        kept.push_back(p);
+                    }
+                }
+                *q = kept;
+            }
+            let first = q
+                .iter()
+                .filter(|p| !p.frame.reliability.is_reliable())
+                .map(|p| p.queued_at)
+                .min();
+            oldest = match (oldest, first) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        self.oldest_unreliable = oldest;
     }
 
     /// Take every queued frame (on close).
