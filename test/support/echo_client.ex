@@ -34,8 +34,10 @@ defmodule RakNet.Test.ReasonClient do
 end
 
 defimpl RakNet.Client, for: RakNet.Test.ReasonClient do
-  def new(client, connection_pid, test_pid),
-    do: %{client | connection: connection_pid, test: test_pid}
+  def new(client, connection_pid, test_pid) do
+    send(test_pid, {:reason_new, connection_pid})
+    %{client | connection: connection_pid, test: test_pid}
+  end
 
   def receive(_client, _type, _buffer, _transit), do: :ok
   def got_ack(_client, _id), do: :ok

@@ -109,11 +109,9 @@ impl Driver {
                 }
             };
             tokio::select! {
-                ready = self.socket.readable() => {
-                    if ready.is_ok() {
-                        self.receive(&mut recv);
-                    }
-                }
+                // Commands first: one enqueued before a datagram arrived (a new MOTD before a
+                // ping, a send before the peer's ACK) is applied before that datagram.
+                biased;
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => {
                         self.command(cmd);
@@ -123,6 +121,11 @@ impl Driver {
                     }
                     None => return,
                 },
+                ready = self.socket.readable() => {
+                    if ready.is_ok() {
+                        self.receive(&mut recv);
+                    }
+                }
                 () = sleep => {}
             }
             self.endpoint.handle_timeout(Instant::now());
