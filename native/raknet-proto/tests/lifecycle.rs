@@ -288,3 +288,32 @@ fn pending_receipts_are_lost_when_the_connection_closes() {
     assert_eq!(outcomes.len(), 1);
     assert!(matches!(outcomes[0], Event::Receipt { receipt, acked: false, .. } if *receipt == r));
 }
+
+#[test]
+fn a_busy_sender_is_acknowledged_before_the_ack_delay() {
+    let mut p = Pair::new(
+        9,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        LinkConfig::default(),
+    );
+    p.connect();
+    let mut buf = Vec::new();
+    while p.server.poll_transmit(p.now, &mut buf).is_some() {}
+    // 16 data datagrams from the client in one instant (numbers past anything it sent).
+    for seq in 1000..1016u32 {
+        let mut d = Vec::new();
+        DataHeader::new(DatagramSeq::new(seq)).encode(&mut d);
+        Frame::new(Reliability::Unreliable, Bytes::from_static(b"\x86burst")).encode(&mut d);
+        p.server.handle(p.now, p.client_addr, Bytes::from(d));
+    }
+    // The ACK goes out at once, not after the 10 ms ACK delay, so a busy sender's window is
+    // released every few datagrams.
+    let mut acks = 0;
+    while p.server.poll_transmit(p.now, &mut buf).is_some() {
+        if buf[0] & 0xc0 == 0xc0 {
+            acks += 1;
+        }
+    }
+    assert_eq!(acks, 1);
+}
