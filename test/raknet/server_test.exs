@@ -44,6 +44,9 @@ defmodule RakNet.ServerTest do
     assert is_integer(transit)
     assert_receive {:raknet, ^conn, 0x86, "ahoy", _}, 5_000
     assert RakNet.Server.info(server).connections == 1
+    # The socket buffers the kernel granted are reported (capped by net.core.rmem_max).
+    [endpoint] = RakNet.Server.info(server).endpoints
+    assert endpoint.stats.recv_buffer_bytes > 0 and endpoint.stats.send_buffer_bytes > 0
   end
 
   test "every reliability is delivered" do

@@ -72,7 +72,7 @@ fn io_error(e: &std::io::Error) -> Atom {
 
 /// Bind a UDP socket the way the endpoint wants it: large buffers, non-blocking, and for IPv6
 /// either IPv6-only (IPv4 gets its own socket) or dual-stack.
-fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<StdUdpSocket> {
+fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<(StdUdpSocket, (usize, usize))> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if addr.is_ipv4() {
         Domain::IPV4
@@ -87,7 +87,11 @@ fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<StdUdpSocket> {
     let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    Ok(socket.into())
+    let buffers = (
+        socket.recv_buffer_size().unwrap_or(0),
+        socket.send_buffer_size().unwrap_or(0),
+    );
+    Ok((socket.into(), buffers))
 }
 
 /// Tell an endpoint's owner that its thread or task panicked: a log line for Logger, then
@@ -206,7 +210,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
             )
         }
     };
-    let socket = match bind(options.bind, options.dual_stack) {
+    let (socket, buffers) = match bind(options.bind, options.dual_stack) {
         Ok(s) => s,
         Err(e) => return error(env, io_error(&e)),
     };
@@ -221,6 +225,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
         local,
         guid: endpoint.guid(),
         dual_stack: options.dual_stack,
+        buffers,
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();

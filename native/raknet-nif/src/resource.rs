@@ -18,6 +18,9 @@ pub(crate) struct EndpointResource {
     pub(crate) local: SocketAddr,
     pub(crate) guid: u64,
     pub(crate) dual_stack: bool,
+    /// Socket buffer sizes the kernel actually granted (it caps requests at
+    /// net.core.rmem_max / wmem_max).
+    pub(crate) buffers: (usize, usize),
 }
 
 impl EndpointResource {
