@@ -37,76 +37,31 @@ defmodule RakNet.Server do
   @doc """
   Starts a server for `client_module` on `port` (0 picks a free port; see `info/1`).
 
-  `client_module` must define a struct and implement `RakNet.Client`; each connection's
-  client starts from `struct(client_module)` (so `@enforce_keys` does not get in the way).
-
-  Raises `ArgumentError` for invalid options (see `RakNet.Server.Config`) or a module that is
-  not a `RakNet.Client` struct; returns `{:error, reason}` when a socket cannot be opened
-  (`:eaddrinuse`, `:eacces`, `:eaddrnotavail`).
-
-      {:ok, server} = RakNet.Server.start_link(MyGame.Player, 0, host: "127.0.0.1")
-      %{ipv4_port: port} = RakNet.Server.info(server)
+  Raises `ArgumentError` for invalid options; returns `{:error, reason}` when a socket cannot
+  be opened (`:eaddrinuse`, `:eacces`, ...).
   """
-  @spec start_link(module(), :inet.port_number(), [Config.option()]) :: Supervisor.on_start()
+  @spec start_link(module(), :inet.port_number(), keyword()) :: Supervisor.on_start()
   def start_link(client_module, port, opts \\ []) do
     config = Config.new(client_module, port, opts)
-    check_client_module!(client_module)
     Supervisor.start_link(__MODULE__, config)
   end
 
-  defp check_client_module!(module) do
-    unless Code.ensure_loaded?(module) and function_exported?(module, :__struct__, 0) do
-      raise ArgumentError, "the client module #{inspect(module)} must define a struct"
-    end
-
-    unless RakNet.Client.impl_for(struct(module)) do
-      raise ArgumentError,
-            "the client module #{inspect(module)} must implement RakNet.Client " <>
-              "(defimpl RakNet.Client, for: #{inspect(module)})"
-    end
-  end
-
-  @typedoc """
-  What `info/1` returns:
-
-    * `:ipv4_port` / `:ipv6_port` - the bound ports (the real ones when started with port 0),
-      `nil` for a socket that is not open;
-    * `:connections` - the number of connection processes;
-    * `:endpoints` - per socket, the runtime's `%{port:, address:, guid:, connections:,
-      stats:}`, where `stats` holds the engine's counters (datagrams, bytes, resends,
-      `deliveries_dropped`, ...).
-  """
-  @type info :: %{
-          ipv4_port: :inet.port_number() | nil,
-          ipv6_port: :inet.port_number() | nil,
-          connections: non_neg_integer(),
-          endpoints: [map()]
-        }
-
   @doc """
-  The bound ports, the number of connections and the engines' counters; see `t:info/0`.
+  The bound ports, the number of connections and the engines' counters.
 
-      RakNet.Server.info(server)
-      #=> %{ipv4_port: 19132, ipv6_port: 19132, connections: 12, endpoints: [%{port: 19132, ...}, ...]}
+      %{ipv4_port: 19132, ipv6_port: 19132, connections: 12, endpoints: [%{port: 19132, ...}]}
   """
-  @spec info(Supervisor.supervisor()) :: info()
+  @spec info(Supervisor.supervisor()) :: map()
   def info(server), do: GenServer.call(listener(server), :info)
 
   @doc """
   Replaces the unconnected-pong payload at once, e.g. a Bedrock MOTD with a new player count.
-
-      :ok = RakNet.Server.set_offline_ping_response(server, "MCPE;My server;594;1.20.0;3;10;...")
   """
   @spec set_offline_ping_response(Supervisor.supervisor(), binary()) :: :ok
   def set_offline_ping_response(server, data) when is_binary(data) and byte_size(data) < 65_536,
     do: GenServer.call(listener(server), {:set_offline_ping_response, data})
 
-  @doc """
-  Stops the server gracefully: every connected client gets a disconnection notification (the
-  server waits up to 3 s for their acknowledgements) and every connection's
-  `RakNet.Client.disconnect/1` runs. A server under your own supervisor stops with it the same
-  way.
-  """
+  @doc "Stops the server gracefully."
   @spec stop(Supervisor.supervisor()) :: :ok
   def stop(server), do: Supervisor.stop(server)
 
@@ -205,9 +160,8 @@ defmodule RakNet.Server.Listener do
   def handle_info({:raknet_endpoint, _endpoint, :connected, conn, _info}, state) do
     config = state.config
     args = {:accepted, conn, struct(config.client_module), config.client_data}
-    state = %{state | connections: connections(state)}
 
-    case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
+    case DynamicSupervisor.start_child(connections(state), {RakNet.Connection, args}) do
       {:ok, _pid} ->
         :ok
 
@@ -251,8 +205,7 @@ defmodule RakNet.Server.Listener do
   end
 
   # The connection supervisor is the listener's elder sibling; found on first use, once the
-  # server's supervisor has finished starting its children (:rest_for_one restarts the
-  # listener whenever it restarts, so the pid stays valid for the listener's life).
+  # server's supervisor has finished starting its children.
   defp connections(%{connections: nil, supervisor: sup}) do
     Enum.find_value(Supervisor.which_children(sup), fn
       {DynamicSupervisor, pid, _, _} -> pid
