@@ -1,43 +1,84 @@
 defprotocol RakNet.Client do
   @moduledoc """
   What your game code implements for each connection: the protocol of X-Plane's
-  `elixir-raknet`, unchanged.
+  `elixir-raknet`, with the same names, arities and semantics.
 
-  Implement it for a struct (`defimpl RakNet.Client, for: MyGame.Player`) and name the struct's
-  module when starting a `RakNet.Server` (or in `RakNet.connect/3`'s `:client` option). For each
-  connection:
+  Implement it for a struct (`defimpl RakNet.Client, for: MyGame.Player`) and name the
+  struct's module when starting a `RakNet.Server` (or in `RakNet.connect/3`'s `:client`
+  option):
 
-  1. When the handshake completes, a `RakNet.Connection` process starts and calls
-     `new(%MyGame.Player{}, connection_pid, client_data)`. Its return value is the client
-     state kept for the connection's life. Send with
-     `RakNet.Connection.send(connection_pid, reliability, binary)`.
-  2. For every message the peer sends, `receive(client, packet_type, packet_buffer,
-     transit_time)` is called in the connection process: `packet_type` is the message's first
-     byte (an integer), `packet_buffer` the rest, `transit_time` the estimated one-way transit
-     in milliseconds (from an `ID_TIMESTAMP` prefix when the peer sent one, else RTT / 2). As in
-     X-Plane's library, the return value is ignored.
-  3. For every message sent with an `*_ack_receipt` reliability that the peer acknowledged,
-     `got_ack(client, receipt_id)` is called with the id `send/3` returned.
-  4. When the connection ends (peer closed, timeout, local close, server stop),
-     `disconnect(client)` is called and the process stops normally.
+      defmodule MyGame.Player do
+        defstruct [:connection, :name]
+      end
 
-  A crash in any callback takes down only that connection's process; the connection is
-  closed and the server and every other connection carry on.
+      defimpl RakNet.Client, for: MyGame.Player do
+        def new(player, connection_pid, _client_data), do: %{player | connection: connection_pid}
+
+        def receive(player, packet_type, packet_buffer, _transit_time) do
+          # Echo it back.
+          RakNet.Connection.send(player.connection, :reliable_ordered, <<packet_type, packet_buffer::binary>>)
+        end
+
+        def got_ack(_player, _receipt_id), do: :ok
+        def disconnect(_player), do: :ok
+      end
+
+  ## Lifecycle
+
+  Each connection has its own `RakNet.Connection` process, and every callback runs in it, one
+  at a time:
+
+  1. **The handshake completes.** The process starts and calls
+     `new(struct(MyGame.Player), connection_pid, client_data)`: the first argument is the
+     struct with its defaults (built with `struct/1`, so `@enforce_keys` does not apply), the
+     second the connection's pid (what `RakNet.Connection.send/3` takes), the third the
+     server's `:client_data` option. **The return value becomes the client state**, passed to
+     every later callback.
+  2. **A message arrives.** `receive(client, packet_type, packet_buffer, transit_time)` is
+     called: `packet_type` is the message's first byte (an integer), `packet_buffer` the rest
+     (a binary), `transit_time` the estimated one-way transit in milliseconds (from an
+     `ID_TIMESTAMP` prefix when the peer sent one, which is stripped; else RTT / 2). Messages
+     arrive in the order the reliability promises. **The return value is ignored**, as in
+     X-Plane's library: the client state stays the one `new/3` returned, so keep changing
+     state elsewhere (a process of your own, ETS).
+  3. **A receipt is acknowledged.** For each message sent with an `*_ack_receipt`
+     reliability that the peer acknowledged, `got_ack(client, receipt_id)` is called with the
+     id that `RakNet.Connection.send/3` returned (`{:ok, receipt_id}`). The return value is
+     ignored.
+  4. **The connection ends**: the peer closed it, it timed out (`:client_timeout_ms`), your
+     code closed it (`RakNet.Connection.close/1`), or the server stopped. `disconnect(client)`
+     is called once, and the process stops normally. The return value is ignored.
+
+  A crash (raise, throw or exit) in a callback takes down only that connection's process: the
+  connection is closed (the peer gets a disconnection notification), `disconnect/1` is not
+  called, and the server and every other connection carry on. Connection processes are not
+  restarted.
 
   ## Optional callbacks
 
-  An implementation may also define, inside its `defimpl` block, either of:
+  An implementation may also define, in its `defimpl` block, either or both of:
 
-    * `got_loss(client, receipt_id)`: an `*_ack_receipt` message was lost (only unreliable
-      ones can be; reliable ones are lost only when the connection closes first);
-    * `disconnect(client, reason)`: called *instead of* `disconnect/1`, with the reason
-      (`:peer_closed`, `:timeout`, `:local_close`, `:shutdown`, `:overloaded`,
-      `{:limit_exceeded, limit}` or `{:protocol_violation, text}`).
+    * `got_loss(client, receipt_id)` - an `*_ack_receipt` message was lost: the counterpart
+      of `got_ack/2` (while the connection lives only unreliable messages can be lost;
+      reliable ones are resent until acknowledged). Without it, losses are ignored, as in
+      X-Plane's library.
+    * `disconnect(client, reason)` - called *instead of* `disconnect/1` in step 4, with the
+      reason: `:peer_closed`, `:timeout`, `:local_close`, `:shutdown`, `:overloaded`,
+      `{:limit_exceeded, :split_parts | :message_bytes}` or `{:protocol_violation, text}`.
 
-  Existing implementations that define neither keep working unchanged.
+      defimpl RakNet.Client, for: MyGame.Player do
+        # new/3, receive/4, got_ack/2 and disconnect/1 as above, and:
+        def got_loss(player, receipt_id), do: MyGame.resend_later(player, receipt_id)
+        def disconnect(player, reason), do: MyGame.left(player, reason)
+      end
+
+  They are found with `function_exported?/3` on the implementation module
+  (`RakNet.Client.impl_for/1`) rather than declared in the protocol, so that implementations
+  written for X-Plane's library, which define neither, compile without warnings and keep
+  working unchanged, and no second module or behaviour is needed to opt in.
   """
 
-  @doc "Builds the client state for a new connection (step 1)."
+  @doc "Builds the client state for a new connection (step 1); the result is the client state."
   @spec new(t(), pid(), term()) :: t()
   def new(client_struct, connection_pid, client_data)
 
@@ -49,7 +90,7 @@ defprotocol RakNet.Client do
   @spec got_ack(t(), pos_integer()) :: any()
   def got_ack(client, send_receipt_id)
 
-  @doc "The connection ended (step 4)."
+  @doc "The connection ended (step 4); not called when the implementation defines `disconnect/2`."
   @spec disconnect(t()) :: any()
   def disconnect(client)
 end

@@ -14,12 +14,32 @@ defmodule RakNet.Connection do
       {:ok, nil} = RakNet.Connection.send(connection, :unreliable_sequenced, data, channel: 3, priority: :low)
 
   `connection` is the pid given to `RakNet.Client.new/3`, or the connection handle from
-  `conn_ref/1` (or `RakNet.connect/3` without `:client`): sending through the handle skips the
-  hop through this process.
+  `conn_ref/1` (or `RakNet.connect/3` without `:client`):
 
-  Errors: `{:error, :closed}` (the connection ended), `:too_large` (over 32 MiB),
-  `:over_budget` (64 MiB queued or unacknowledged), `:bad_reliability`, `:bad_channel` (not
-  0..31), `:bad_priority`, `:empty`, `:not_binary`.
+    * with the pid, `send/3` asks the connection process for its handle (one
+      `GenServer.call`) and then hands the message to the runtime itself; inside the
+      connection's own callbacks (a `RakNet.Client` answering) there is no call at all;
+    * with the handle, `send/3` goes straight to the runtime: no process hop, from any
+      process. A process that sends a lot to one connection fetches the handle once:
+
+          {:ok, conn} = RakNet.Connection.conn_ref(connection)
+          RakNet.Connection.send(conn, :unreliable_sequenced, position_update)
+
+  Either way the message is queued on the runtime's thread and `send/3` returns at once.
+
+  Errors: `{:error, :closed}` (the connection ended, or the process is gone), `:too_large`
+  (over 32 MiB), `:over_budget` (64 MiB queued or unacknowledged), `:bad_reliability`,
+  `:bad_channel` (not 0..31), `:bad_priority`, `:empty`, `:not_binary`.
+
+  ## Lifecycle
+
+  The process owns its connection (the runtime monitors it: if the process dies, the
+  connection is closed with a disconnection notification to the peer). It traps exits, so a
+  supervisor shutdown runs `RakNet.Client.disconnect/1` and closes the connection cleanly; a
+  linked process that exits normally is ignored, one that crashes takes the connection down.
+  Flow control: it confirms the messages it handled to the runtime in batches (when its
+  mailbox is empty, at least every 256 messages); see `:max_pending_deliveries` in
+  `RakNet.Server.Config`.
   """
   use GenServer, restart: :temporary
 
@@ -40,19 +60,47 @@ defmodule RakNet.Connection do
   @doc false
   def start_link(args), do: GenServer.start_link(__MODULE__, args)
 
+  @typedoc "What `send/3` and `send/4` return."
+  @type send_result :: {:ok, nil | pos_integer()} | {:error, send_error()}
+
+  @typedoc "Why a send failed; see the module documentation."
+  @type send_error ::
+          :closed
+          | :not_connected
+          | :too_large
+          | :over_budget
+          | :bad_reliability
+          | :bad_channel
+          | :bad_priority
+          | :empty
+          | :not_binary
+
   @doc """
-  Sends `message` with `reliability` on channel 0 at high priority.
+  Sends `message` with `reliability` on channel 0 at high priority; X-Plane's `send/3`.
 
   Returns `{:ok, nil}`, `{:ok, receipt_id}` for the `*_ack_receipt` reliabilities (the id
-  later given to `RakNet.Client.got_ack/2`), or `{:error, reason}`.
+  later given to `RakNet.Client.got_ack/2`, or sent as `{:raknet_receipt, conn, receipt_id,
+  :acked | :lost}` to a raw connection's owner), or `{:error, reason}` (see the module
+  documentation); it never exits, also not for a dead pid.
+
+      {:ok, nil} = RakNet.Connection.send(connection, :reliable_ordered, <<0x86, "hello">>)
+      {:ok, receipt_id} = RakNet.Connection.send(connection, :reliable_ack_receipt, <<0x86>>)
   """
-  @spec send(t(), RakNet.ReliabilityLayer.Reliability.t(), binary()) ::
-          {:ok, nil | pos_integer()} | {:error, atom()}
+  @spec send(t(), RakNet.ReliabilityLayer.Reliability.t(), binary()) :: send_result()
   def send(connection, reliability, message), do: send(connection, reliability, message, [])
 
-  @doc "Like `send/3`, with `:channel` (0..31, default 0) and `:priority` (default `:high`)."
+  @doc """
+  Like `send/3`, with options:
+
+    * `:channel` - the ordering channel, 0..31 (default 0): ordered and sequenced messages
+      are ordered per channel, so independent streams do not wait for each other;
+    * `:priority` - `:immediate` (sent at the next tick, before anything else), `:high`
+      (default), `:medium` or `:low` (weighted 4:2:1 after `:immediate`).
+
+      {:ok, nil} = RakNet.Connection.send(connection, :unreliable_sequenced, data, channel: 3, priority: :low)
+  """
   @spec send(t(), RakNet.ReliabilityLayer.Reliability.t(), binary(), [send_opt()]) ::
-          {:ok, nil | pos_integer()} | {:error, atom()}
+          send_result()
   def send(connection, reliability, message, opts)
 
   def send(_connection, _reliability, message, _opts) when not is_binary(message),
@@ -62,10 +110,11 @@ defmodule RakNet.Connection do
     channel = Keyword.get(opts, :channel, 0)
     priority = Keyword.get(opts, :priority, :high)
 
-    if is_integer(channel) and is_atom(reliability) and is_atom(priority) do
-      Native.conn_send(conn, reliability, channel, priority, message)
-    else
-      {:error, :badarg}
+    cond do
+      not is_atom(reliability) -> {:error, :bad_reliability}
+      not is_integer(channel) -> {:error, :bad_channel}
+      not is_atom(priority) -> {:error, :bad_priority}
+      true -> Native.conn_send(conn, reliability, channel, priority, message)
     end
   end
 
@@ -87,7 +136,12 @@ defmodule RakNet.Connection do
 
   defp handle(pid), do: conn_ref(pid)
 
-  @doc "The connection's handle, for `send/3` without the process hop."
+  @doc """
+  The connection's handle, for `send/3` without the process hop; `{:error, :closed}` when
+  the process is gone.
+
+      {:ok, conn} = RakNet.Connection.conn_ref(connection_pid)
+  """
   @spec conn_ref(pid()) :: {:ok, reference()} | {:error, :closed}
   def conn_ref(pid) when is_pid(pid) do
     GenServer.call(pid, :conn_ref)
@@ -95,7 +149,13 @@ defmodule RakNet.Connection do
     :exit, _ -> {:error, :closed}
   end
 
-  @doc "Closes the connection gracefully (the peer gets a disconnection notification)."
+  @doc """
+  Closes the connection gracefully: the peer gets a disconnection notification, and then the
+  owner gets `{:raknet_disconnect, conn, :local_close}` (a `RakNet.Connection` calls
+  `RakNet.Client.disconnect/1` and stops). Closing a closed connection is `:ok`.
+
+      :ok = RakNet.Connection.close(connection)
+  """
   @spec close(t()) :: :ok
   def close(conn) when is_reference(conn), do: Native.conn_close(conn)
 
@@ -107,9 +167,11 @@ defmodule RakNet.Connection do
   end
 
   @doc """
-  Addresses, GUID, MTU, protocol version, round-trip time and counters of the connection.
+  Addresses, GUID, MTU, protocol version, round-trip time and counters of the connection;
+  `{:error, :closed}` once it has ended.
 
-      {:ok, %{address: {{127, 0, 0, 1}, 51234}, mtu: 1492, protocol: 11, rtt_ms: 0.2, stats: %{...}}}
+      {:ok, %{address: {{127, 0, 0, 1}, 51234}, mtu: 1492, protocol: 11, rtt_ms: 0.2, stats: %{...}}} =
+        RakNet.Connection.info(connection)
   """
   @spec info(t()) :: {:ok, map()} | {:error, :closed}
   def info(conn) when is_reference(conn), do: Native.conn_info(conn)
@@ -145,6 +207,8 @@ defmodule RakNet.Connection do
 
     case Native.endpoint_connect(endpoint, host, port, self()) do
       {:ok, conn} ->
+        Process.put(:raknet_conn, conn)
+
         {:ok,
          %{
            conn: conn,
@@ -177,38 +241,26 @@ defmodule RakNet.Connection do
 
   @impl GenServer
   def handle_info({:raknet, conn, type, payload, transit}, %{conn: conn} = state) do
+    # As in X-Plane's library the return value is not the new client state.
     RakNet.Client.receive(state.client, type, payload, transit)
-    delivered = state.delivered + 1
-
-    if delivered >= @confirm_every or mailbox_empty?() do
-      Native.conn_delivered(conn, delivered)
-      {:noreply, %{state | delivered: 0}}
-    else
-      {:noreply, %{state | delivered: delivered}}
-    end
+    {:noreply, confirm(%{state | delivered: state.delivered + 1})}
   end
 
   def handle_info({:raknet_receipt, conn, id, :acked}, %{conn: conn} = state) do
     RakNet.Client.got_ack(state.client, id)
-    {:noreply, state}
+    {:noreply, confirm(state)}
   end
 
   def handle_info({:raknet_receipt, conn, id, :lost}, %{conn: conn} = state) do
-    optional(state.client, :got_loss, [id])
-    {:noreply, state}
+    if exports?(state.client, :got_loss, 2) do
+      RakNet.Client.impl_for(state.client).got_loss(state.client, id)
+    end
+
+    {:noreply, confirm(state)}
   end
 
   def handle_info({:raknet_disconnect, conn, reason}, %{conn: conn} = state) do
-    if state.client do
-      impl = RakNet.Client.impl_for(state.client)
-
-      if impl && function_exported?(impl, :disconnect, 2) do
-        impl.disconnect(state.client, reason)
-      else
-        RakNet.Client.disconnect(state.client)
-      end
-    end
-
+    disconnect(state.client, reason)
     {:stop, :normal, %{state | client: nil}}
   end
 
@@ -227,21 +279,64 @@ defmodule RakNet.Connection do
     {:stop, :normal, %{state | result: {:error, reason}}}
   end
 
+  # Exits are trapped only so that terminate/2 runs on a supervisor's shutdown (the parent's
+  # EXIT never gets here: gen_server handles it). Other linked processes count as if exits
+  # were not trapped: a normal exit is ignored, anything else takes the connection down.
+  def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
   def handle_info(_other, state), do: {:noreply, state}
 
   @impl GenServer
-  def terminate(_reason, %{conn: conn}) do
-    # Normal stops follow a disconnect; anything else (a crash, a shutdown) closes the
-    # connection gracefully. The runtime also closes it when this process is gone.
+  def terminate(reason, %{conn: conn} = state) do
+    # A stop after {:raknet_disconnect, ...} has already told the client (client is nil). A
+    # supervisor's shutdown has not: tell it now, then close. After a crash the client's state
+    # is suspect, so it is not called again. Closing is graceful (the peer is notified); the
+    # runtime would also close the connection once this process is gone.
+    if shutdown?(reason) and state.client != nil do
+      try do
+        disconnect(state.client, :shutdown)
+      catch
+        _kind, _error -> :ok
+      end
+    end
+
     Native.conn_close(conn)
   end
 
-  defp optional(client, name, args) do
-    impl = RakNet.Client.impl_for(client)
+  defp shutdown?(:shutdown), do: true
+  defp shutdown?({:shutdown, _}), do: true
+  defp shutdown?(_reason), do: false
 
-    if impl && function_exported?(impl, name, length(args) + 1),
-      do: apply(impl, name, [client | args])
+  # disconnect/2 (optional) instead of disconnect/1 when the implementation defines it.
+  defp disconnect(nil, _reason), do: :ok
+
+  defp disconnect(client, reason) do
+    if exports?(client, :disconnect, 2) do
+      RakNet.Client.impl_for(client).disconnect(client, reason)
+    else
+      RakNet.Client.disconnect(client)
+    end
+  end
+
+  # Whether the client's RakNet.Client implementation defines an optional callback.
+  defp exports?(nil, _name, _arity), do: false
+
+  defp exports?(client, name, arity) do
+    impl = RakNet.Client.impl_for(client)
+    impl != nil and Code.ensure_loaded?(impl) and function_exported?(impl, name, arity)
+  end
+
+  # Flow control: tell the runtime how many messages were handled, in batches, at the latest
+  # when the mailbox runs empty.
+  defp confirm(%{delivered: 0} = state), do: state
+
+  defp confirm(%{delivered: delivered} = state) do
+    if delivered >= @confirm_every or mailbox_empty?() do
+      Native.conn_delivered(state.conn, delivered)
+      %{state | delivered: 0}
+    else
+      state
+    end
   end
 
   defp mailbox_empty? do

@@ -18,6 +18,16 @@ defmodule RakNet.ReliabilityLayer.Reliability do
       3
       iex> RakNet.ReliabilityLayer.Reliability.name(7)
       :reliable_ordered_ack_receipt
+      iex> RakNet.ReliabilityLayer.Reliability.from_integer(6)
+      {:ok, :reliable_ack_receipt}
+      iex> RakNet.ReliabilityLayer.Reliability.receipt?(:reliable_ack_receipt)
+      true
+
+  `name/1`, `binary/1`, `valid?/1`, `is_reliable?/1`, `is_ordered?/1`, `is_sequenced?/1` and
+  `needs_client_ack?/1` are X-Plane's functions; `to_integer/1`, `from_integer/1` and
+  `receipt?/1` are the same with Elixir-style names and results. One difference: X-Plane's
+  `is_ordered?/1` answers `false` for `:reliable_ordered_ack_receipt` (7), which is delivered
+  in order like `:reliable_ordered`; here it answers `true`.
   """
 
   @typedoc "A reliability atom."
@@ -57,6 +67,39 @@ defmodule RakNet.ReliabilityLayer.Reliability do
     do:
       Enum.find_index(@names, &(&1 == reliability)) ||
         raise(ArgumentError, "unknown reliability #{inspect(reliability)}")
+
+  @doc """
+  The numeric value of a reliability (`binary/1` by another name); raises `ArgumentError` for
+  anything else.
+
+      iex> RakNet.ReliabilityLayer.Reliability.to_integer(:unreliable_sequenced)
+      1
+  """
+  @spec to_integer(t()) :: 0..7
+  def to_integer(reliability), do: binary(reliability)
+
+  @doc """
+  The reliability with numeric value `value`: `{:ok, reliability}` or `:error`.
+
+      iex> RakNet.ReliabilityLayer.Reliability.from_integer(0)
+      {:ok, :unreliable}
+      iex> RakNet.ReliabilityLayer.Reliability.from_integer(8)
+      :error
+  """
+  @spec from_integer(integer()) :: {:ok, t()} | :error
+  def from_integer(value) when value in 0..7, do: {:ok, Enum.at(@names, value)}
+  def from_integer(_value), do: :error
+
+  @doc """
+  Whether sends with `reliability` return a receipt id (`{:ok, receipt_id}`) whose fate is
+  reported (`RakNet.Client.got_ack/2`, or `{:raknet_receipt, conn, id, :acked | :lost}`):
+  the three `*_ack_receipt` reliabilities. `needs_client_ack?/1` by another name.
+
+      iex> RakNet.ReliabilityLayer.Reliability.receipt?(:reliable_ordered)
+      false
+  """
+  @spec receipt?(t() | integer()) :: boolean()
+  def receipt?(reliability), do: needs_client_ack?(reliability)
 
   @doc "Whether `reliability` is one of the eight atoms."
   @spec valid?(term()) :: boolean()

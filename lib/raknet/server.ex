@@ -37,31 +37,79 @@ defmodule RakNet.Server do
   @doc """
   Starts a server for `client_module` on `port` (0 picks a free port; see `info/1`).
 
-  Raises `ArgumentError` for invalid options; returns `{:error, reason}` when a socket cannot
-  be opened (`:eaddrinuse`, `:eacces`, ...).
+  `client_module` must define a struct and implement `RakNet.Client`; each connection's
+  client starts from `struct(client_module)` (so `@enforce_keys` does not get in the way).
+
+  Raises `ArgumentError` for invalid options (see `RakNet.Server.Config`) or a module that is
+  not a `RakNet.Client` struct; returns `{:error, reason}` when a socket cannot be opened
+  (`:eaddrinuse`, `:eacces`, `:eaddrnotavail`).
+
+      {:ok, server} = RakNet.Server.start_link(MyGame.Player, 0, host: "127.0.0.1")
+      %{ipv4_port: port} = RakNet.Server.info(server)
   """
-  @spec start_link(module(), :inet.port_number(), keyword()) :: Supervisor.on_start()
+  @spec start_link(module(), :inet.port_number(), [Config.option()]) :: Supervisor.on_start()
   def start_link(client_module, port, opts \\ []) do
     config = Config.new(client_module, port, opts)
+    check_client_module!(client_module)
     Supervisor.start_link(__MODULE__, config)
   end
 
-  @doc """
-  The bound ports, the number of connections and the engines' counters.
+  defp check_client_module!(module) do
+    unless Code.ensure_loaded?(module) and function_exported?(module, :__struct__, 0) do
+      raise ArgumentError, "the client module #{inspect(module)} must define a struct"
+    end
 
-      %{ipv4_port: 19132, ipv6_port: 19132, connections: 12, endpoints: [%{port: 19132, ...}]}
+    unless RakNet.Client.impl_for(struct(module)) do
+      raise ArgumentError,
+            "the client module #{inspect(module)} must implement RakNet.Client " <>
+              "(defimpl RakNet.Client, for: #{inspect(module)})"
+    end
+  end
+
+  @typedoc """
+  What `info/1` returns:
+
+    * `:ipv4_port` / `:ipv6_port` - the bound ports (the real ones when started with port 0),
+      `nil` for a socket that is not open;
+    * `:connections` - the number of connection processes;
+    * `:endpoints` - per socket, the runtime's `%{port:, address:, guid:, connections:,
+      stats:}`, where `stats` holds the socket's counters (`offline_in`, `pongs_sent`,
+      `refused_full`, `incompatible_protocol`, `malformed`, `bad_cookies`, ...) and the
+      buffer sizes the kernel granted (`recv_buffer_bytes`, `send_buffer_bytes`).
+      Per-connection counters (datagrams, bytes, resends, `deliveries_dropped`) come from
+      `RakNet.Connection.info/1`.
   """
-  @spec info(Supervisor.supervisor()) :: map()
+  @type info :: %{
+          ipv4_port: :inet.port_number() | nil,
+          ipv6_port: :inet.port_number() | nil,
+          connections: non_neg_integer(),
+          endpoints: [map()]
+        }
+
+  @doc """
+  The bound ports, the number of connections and the engines' counters; see `t:info/0`.
+
+      RakNet.Server.info(server)
+      #=> %{ipv4_port: 19132, ipv6_port: 19132, connections: 12, endpoints: [%{port: 19132, ...}, ...]}
+  """
+  @spec info(Supervisor.supervisor()) :: info()
   def info(server), do: GenServer.call(listener(server), :info)
 
   @doc """
   Replaces the unconnected-pong payload at once, e.g. a Bedrock MOTD with a new player count.
+
+      :ok = RakNet.Server.set_offline_ping_response(server, "MCPE;My server;594;1.20.0;3;10;...")
   """
   @spec set_offline_ping_response(Supervisor.supervisor(), binary()) :: :ok
   def set_offline_ping_response(server, data) when is_binary(data) and byte_size(data) < 65_536,
     do: GenServer.call(listener(server), {:set_offline_ping_response, data})
 
-  @doc "Stops the server gracefully."
+  @doc """
+  Stops the server gracefully: every connected client gets a disconnection notification (the
+  server waits up to 3 s for their acknowledgements) and every connection's
+  `RakNet.Client.disconnect/1` runs. A server under your own supervisor stops with it the same
+  way.
+  """
   @spec stop(Supervisor.supervisor()) :: :ok
   def stop(server), do: Supervisor.stop(server)
 
@@ -160,8 +208,9 @@ defmodule RakNet.Server.Listener do
   def handle_info({:raknet_endpoint, _endpoint, :connected, conn, _info}, state) do
     config = state.config
     args = {:accepted, conn, struct(config.client_module), config.client_data}
+    state = %{state | connections: connections(state)}
 
-    case DynamicSupervisor.start_child(connections(state), {RakNet.Connection, args}) do
+    case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
       {:ok, _pid} ->
         :ok
 
@@ -205,7 +254,8 @@ defmodule RakNet.Server.Listener do
   end
 
   # The connection supervisor is the listener's elder sibling; found on first use, once the
-  # server's supervisor has finished starting its children.
+  # server's supervisor has finished starting its children (:rest_for_one restarts the
+  # listener whenever it restarts, so the pid stays valid for the listener's life).
   defp connections(%{connections: nil, supervisor: sup}) do
     Enum.find_value(Supervisor.which_children(sup), fn
       {DynamicSupervisor, pid, _, _} -> pid

@@ -49,6 +49,59 @@ defmodule RakNet.ServerTest do
     assert endpoint.stats.recv_buffer_bytes > 0 and endpoint.stats.send_buffer_bytes > 0
   end
 
+  test "X-Plane's README client state (@enforce_keys, new/3 building its own struct) works over both sockets" do
+    # X-Plane's README, with port 0, loopback addresses and the test process as client_data.
+    # (Its include_timestamp_with_datagrams: true needs a peer built that way, as X-Plane's
+    # client is; RakNet.connect/3 is not, so it stays false here.)
+    localhost = {127, 0, 0, 1}
+
+    make_server_spec = fn port ->
+      [
+        RakNet.Test.XPlaneState,
+        port,
+        include_timestamp_with_datagrams: false,
+        host: localhost,
+        client_timeout_ms: 20 * 60 * 1_000,
+        open_ipv6_socket: true,
+        ipv6_host: "::1",
+        client_data: self()
+      ]
+    end
+
+    servers = Enum.map([0], fn port -> {RakNet.Server, make_server_spec.(port)} end)
+    opts = [strategy: :one_for_one]
+
+    supervisor =
+      start_supervised!(%{
+        id: :mmo_supervisor,
+        start: {Supervisor, :start_link, [servers, opts]},
+        type: :supervisor
+      })
+
+    [{_id, server, :supervisor, _}] = Supervisor.which_children(supervisor)
+    %{ipv4_port: port, ipv6_port: port6} = RakNet.Server.info(server)
+    assert is_integer(port) and port > 0 and is_integer(port6) and port6 > 0
+
+    for {host, port} <- [{"127.0.0.1", port}, {"::1", port6}] do
+      assert {:ok, conn} = RakNet.connect(host, port)
+      assert_receive {:xplane_new, connection_pid, session_id}, 5_000
+      assert is_pid(connection_pid)
+
+      assert {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "ahoy">>)
+      assert_receive {:xplane_packet, ^session_id, 0x86, "ahoy", transit}, 5_000
+      assert is_integer(transit) and transit >= 0
+      assert_receive {:raknet, ^conn, 0x86, "ahoy", _}, 5_000
+
+      assert {:ok, receipt} =
+               Connection.send(connection_pid, :reliable_ack_receipt, <<0x87, "ack me">>)
+
+      assert_receive {:xplane_ack, ^session_id, ^receipt}, 5_000
+
+      :ok = Connection.close(conn)
+      assert_receive {:xplane_disconnect, ^session_id}, 5_000
+    end
+  end
+
   test "every reliability is delivered" do
     {_server, %{ipv4_port: port}} = start_server()
     {conn, _} = connect(port)
@@ -226,12 +279,23 @@ defmodule RakNet.ServerTest do
 
   test "stopping the server disconnects its clients" do
     {server, %{ipv4_port: port}} = start_server()
-    {conn, _} = connect(port)
+    {conn, server_side} = connect(port)
     ref = Process.monitor(server)
-    Supervisor.stop(server)
+    :ok = RakNet.Server.stop(server)
     assert_receive {:DOWN, ^ref, :process, ^server, _}
     assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    # The server side's client heard of it too, before the server was gone.
+    assert_receive {:client_disconnect, ^server_side}, 1_000
     refute Process.alive?(server)
+  end
+
+  test "stopping the server tells disconnect/2 it was a shutdown" do
+    {server, %{ipv4_port: port}} = start_server(module: ReasonClient)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:reason_new, server_side}, 5_000
+    :ok = RakNet.Server.stop(server)
+    assert_receive {:disconnect_2, ^server_side, :shutdown}, 1_000
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
   end
 
   test "connect errors" do
@@ -296,20 +360,138 @@ defmodule RakNet.ServerTest do
 
   describe "option validation" do
     for {opts, message} <- [
-          {[host: "not an ip"], ":host must be an IP address"},
-          {[client_timeout_ms: 5], ":client_timeout_ms must be"},
-          {[max_mtu: 9000], ":max_mtu must be"},
-          {[min_mtu: 1400, max_mtu: 1200], ":min_mtu (1400) must not exceed"},
-          {[protocol_versions: []], ":protocol_versions must be"},
+          {[host: "not an ip"],
+           ":host must be an IPv4 address (tuple or string), got: \"not an ip\""},
+          {[host: {127, 0, 0}], ":host must be an IPv4 address"},
+          {[host: "::1"], ":host must be an IPv4 address (the IPv4 socket's); use :ipv6_host"},
+          {[ipv6_host: "127.0.0.1"], ":ipv6_host must be an IPv6 address"},
+          {[ipv6_host: :localhost], ":ipv6_host must be an IPv6 address"},
+          {[open_ipv4_socket: "yes"], ":open_ipv4_socket must be a boolean, got: \"yes\""},
+          {[open_ipv6_socket: nil], ":open_ipv6_socket must be a boolean, got: nil"},
+          {[ipv6_port: 70_000], ":ipv6_port must be nil or an integer in 0..65535"},
+          {[ipv6_port: -1], ":ipv6_port must be nil or an integer in 0..65535"},
+          {[client_timeout_ms: 5], ":client_timeout_ms must be an integer >= 100"},
+          {[client_timeout_ms: 1.5e4], ":client_timeout_ms must be an integer >= 100"},
+          {[include_timestamp_with_datagrams: 1], ":include_timestamp_with_datagrams must be"},
+          {[offline_ping_response: 'charlist'], ":offline_ping_response must be a binary"},
+          {[offline_ping_response: String.duplicate("x", 65_536)],
+           ":offline_ping_response must be a binary"},
+          {[server_identifier: "short"], ":server_identifier must be a 64-bit integer"},
+          {[server_identifier: -1], ":server_identifier must be a 64-bit integer"},
+          {[server_identifier: 0x1_0000_0000_0000_0000], ":server_identifier must be"},
+          {[max_number_of_internal_ids: 0],
+           ":max_number_of_internal_ids must be an integer in 1..64"},
+          {[max_number_of_internal_ids: 65], ":max_number_of_internal_ids must be"},
+          {[max_connections: 0], ":max_connections must be a positive integer, got: 0"},
+          {[max_connections: :infinity], ":max_connections must be a positive integer"},
+          {[protocol_versions: []], ":protocol_versions must be a non-empty list"},
+          {[protocol_versions: [11, 256]], ":protocol_versions must be a non-empty list"},
+          {[protocol_versions: 11], ":protocol_versions must be a non-empty list"},
+          {[min_mtu: 399], ":min_mtu must be an integer in 400..1500, got: 399"},
+          {[max_mtu: 9000], ":max_mtu must be an integer in 400..1500, got: 9000"},
+          {[min_mtu: 1400, max_mtu: 1200], ":min_mtu (1400) must not exceed :max_mtu (1200)"},
+          {[use_cookies: "true"], ":use_cookies must be a boolean"},
+          {[max_pending_deliveries: 15], ":max_pending_deliveries must be an integer >= 16"},
           {[open_ipv4_socket: false, open_ipv6_socket: false], "at least one of"},
-          {[server_identifier: "short"], ":server_identifier must be"},
-          {[bogus: 1], "unknown option :bogus"}
+          {[bogus: 1], "unknown option :bogus for RakNet.Server"},
+          {[client_module: Other], "unknown option :client_module"},
+          {[:not_a_keyword], "options must be a keyword list"}
         ] do
-      test "rejects #{inspect(opts)}" do
+      test "rejects #{inspect(opts, limit: 3, printable_limit: 12)}" do
         assert_raise ArgumentError, ~r/#{Regex.escape(unquote(message))}/, fn ->
-          RakNet.Server.start_link(EchoClient, 0, unquote(opts))
+          RakNet.Server.start_link(EchoClient, 0, unquote(Macro.escape(opts)))
         end
       end
+    end
+
+    test "rejects a bad port or client module" do
+      assert_raise ArgumentError, ~r/:port must be an integer in 0..65535, got: 65536/, fn ->
+        RakNet.Server.start_link(EchoClient, 65_536)
+      end
+
+      assert_raise ArgumentError, ~r/client module must be a module, got: "EchoClient"/, fn ->
+        RakNet.Server.start_link("EchoClient", 0)
+      end
+
+      assert_raise ArgumentError, ~r/RakNet.Test.NoSuchModule must define a struct/, fn ->
+        RakNet.Server.start_link(RakNet.Test.NoSuchModule, 0, open_ipv6_socket: false)
+      end
+
+      assert_raise ArgumentError, ~r/must implement RakNet.Client/, fn ->
+        RakNet.Server.start_link(RakNet.Server.Config, 0, open_ipv6_socket: false)
+      end
+
+      assert_raise ArgumentError, ~r/expected \[client_module, port \| options\]/, fn ->
+        RakNet.Server.Config.new([EchoClient])
+      end
+    end
+
+    test "fills in X-Plane's defaults" do
+      config = RakNet.Server.Config.new([EchoClient, 19_132])
+      assert config.open_ipv6_socket == (System.get_env("SEPARATE_IPV6_PORT") != "false")
+
+      assert %RakNet.Server.Config{
+               client_module: EchoClient,
+               port: 19_132,
+               host: {0, 0, 0, 0},
+               open_ipv4_socket: true,
+               client_timeout_ms: 10_000,
+               include_timestamp_with_datagrams: false,
+               client_data: %{},
+               offline_ping_response: "RakNet Server",
+               max_number_of_internal_ids: 10
+             } = config
+
+      native = RakNet.Server.Config.to_native(config, :inet6)
+      assert %{host: "::", port: 19_132, accept_incoming: true, timeout_ms: 10_000} = native
+    end
+
+    test "SEPARATE_IPV6_PORT=false turns the IPv6 socket off by default" do
+      original = System.get_env("SEPARATE_IPV6_PORT")
+      System.put_env("SEPARATE_IPV6_PORT", "false")
+
+      on_exit(fn ->
+        if original,
+          do: System.put_env("SEPARATE_IPV6_PORT", original),
+          else: System.delete_env("SEPARATE_IPV6_PORT")
+      end)
+
+      refute RakNet.Server.Config.new(EchoClient, 0, []).open_ipv6_socket
+      assert RakNet.Server.Config.new(EchoClient, 0, open_ipv6_socket: true).open_ipv6_socket
+    end
+
+    test "turns options into the runtime's map for each socket" do
+      config =
+        RakNet.Server.Config.new(EchoClient, 0,
+          host: "127.0.0.1",
+          ipv6_host: "::1",
+          ipv6_port: 0,
+          server_identifier: <<1, 2, 3, 4, 5, 6, 7, 8>>,
+          client_timeout_ms: 20_000
+        )
+
+      assert %{host: "127.0.0.1", port: 0, guid: 0x0102030405060708, timeout_ms: 20_000} =
+               v4 = RakNet.Server.Config.to_native(config, :inet)
+
+      assert %{host: "::1"} = RakNet.Server.Config.to_native(config, :inet6)
+
+      assert Enum.sort(Map.keys(v4)) ==
+               Enum.sort([
+                 :host,
+                 :port,
+                 :accept_incoming,
+                 :max_connections,
+                 :protocol_versions,
+                 :min_mtu,
+                 :max_mtu,
+                 :timeout_ms,
+                 :include_timestamp_with_datagrams,
+                 :offline_ping_response,
+                 :max_number_of_internal_ids,
+                 :use_cookies,
+                 :guid,
+                 :max_pending_deliveries
+               ])
     end
 
     test "accepts X-Plane's extra options" do
@@ -336,9 +518,5 @@ defmodule RakNet.ServerTest do
 
   defp os_threads do
     "/proc/#{System.pid()}/task" |> File.ls!() |> length()
-  end
-
-  defp client_opts do
-    %{RakNet.ClientEndpoint.native_opts(:inet) | host: "127.0.0.1", shared_thread: false}
   end
 end

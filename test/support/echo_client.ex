@@ -65,3 +65,66 @@ defimpl RakNet.Client, for: RakNet.Test.CallsServerClient do
   def got_ack(_client, _id), do: :ok
   def disconnect(_client), do: :ok
 end
+
+defmodule RakNet.Test.XPlaneState do
+  @moduledoc """
+  The client state of X-Plane's README (`MmoServer.Client.State`), with its `@enforce_keys`:
+  the server builds the first argument of `new/3` with `struct/1`, which does not enforce
+  them. `client_data` is the test process, told about every callback.
+  """
+  @enforce_keys [:session_id, :connection_pid]
+  defstruct session_id: -1,
+            connection_pid: nil,
+            test: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.XPlaneState do
+  def new(_client_struct, connection_pid, test) do
+    new_state = %RakNet.Test.XPlaneState{
+      connection_pid: connection_pid,
+      session_id: System.unique_integer([:positive]),
+      test: test
+    }
+
+    send(test, {:xplane_new, connection_pid, new_state.session_id})
+    new_state
+  end
+
+  def receive(%RakNet.Test.XPlaneState{session_id: id} = state, packet_type, packet_buffer, time) do
+    send(state.test, {:xplane_packet, id, packet_type, packet_buffer, time})
+
+    RakNet.Connection.send(
+      state.connection_pid,
+      :reliable,
+      <<packet_type, packet_buffer::binary>>
+    )
+  end
+
+  def got_ack(%RakNet.Test.XPlaneState{session_id: id} = state, send_receipt_id),
+    do: send(state.test, {:xplane_ack, id, send_receipt_id})
+
+  def disconnect(%RakNet.Test.XPlaneState{session_id: id} = state),
+    do: send(state.test, {:xplane_disconnect, id})
+end
+
+defmodule RakNet.Test.GreeterClient do
+  @moduledoc """
+  A `RakNet.Client` for the client role: it sends a greeting from `new/3` (from inside the
+  connection process) and forwards what it receives to the test process.
+  """
+  defstruct connection: nil, test: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.GreeterClient do
+  def new(client, connection_pid, test_pid) do
+    result = RakNet.Connection.send(connection_pid, :reliable_ordered, <<0x86, "hello">>)
+    send(test_pid, {:greeter_new, connection_pid, result})
+    %{client | connection: connection_pid, test: test_pid}
+  end
+
+  def receive(client, type, buffer, _transit),
+    do: send(client.test, {:greeter_received, client.connection, type, buffer})
+
+  def got_ack(_client, _id), do: :ok
+  def disconnect(client), do: send(client.test, {:greeter_disconnect, client.connection})
+end

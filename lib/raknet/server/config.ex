@@ -1,30 +1,70 @@
 defmodule RakNet.Server.Config do
   @moduledoc """
-  The options of `RakNet.Server`, validated at start.
+  The options of `RakNet.Server` (see `t:option/0`), validated when the server starts.
 
-  X-Plane's options keep their names and defaults; unknown options raise `ArgumentError`
-  except X-Plane's `:custom_packets`, `:custom_types` and `:send`, which are accepted and
-  ignored.
+  X-Plane's options keep their names and defaults; the others are ours. Unknown options raise
+  `ArgumentError`, except X-Plane's `:custom_packets`, `:custom_types` and `:send`, which are
+  accepted and ignored. Every message names the option:
 
-  | option | default | meaning |
-  |---|---|---|
-  | `:host` | `{0, 0, 0, 0}` | IPv4 address to bind (tuple or string); `:ipv6_host` for IPv6 |
-  | `:ipv6_host` | `{0, 0, 0, 0, 0, 0, 0, 0}` | IPv6 address to bind |
-  | `:open_ipv4_socket` | `true` | open the IPv4 socket |
-  | `:open_ipv6_socket` | `SEPARATE_IPV6_PORT != "false"` | open a separate IPv6 socket |
-  | `:ipv6_port` | the IPv4 port (`0` picks another free port) | the IPv6 socket's port |
-  | `:client_timeout_ms` | `10_000` | close a connection after this long without traffic |
-  | `:include_timestamp_with_datagrams` | `false` | official RakNet's UDT build (X-Plane's client) |
-  | `:client_data` | `%{}` | third argument of `RakNet.Client.new/3` |
-  | `:offline_ping_response` | `"RakNet Server"` | unconnected pong payload (a Bedrock MOTD, say) |
-  | `:server_identifier` | random | the server GUID: a 64-bit integer or an 8-byte binary |
-  | `:max_number_of_internal_ids` | `10` | internal addresses in 0x10 for protocol 6 (10/11 use 20) |
-  | `:max_connections` | `1024` | connections per socket; more get "no free incoming connections" |
-  | `:protocol_versions` | `[11, 10, 6]` | accepted RakNet protocol versions (first is preferred) |
-  | `:min_mtu` / `:max_mtu` | `400` / `1492` | MTU bounds |
-  | `:use_cookies` | `false` | anti-spoofing cookie (Bedrock clients accept it, official 4.081 clients do not) |
-  | `:max_pending_deliveries` | `10_000` | messages a connection process may fall behind before `:overloaded` |
+      iex> RakNet.Server.Config.new(MyGame.Player, 19132, max_mtu: 1400).max_mtu
+      1400
+      iex> RakNet.Server.Config.new(MyGame.Player, 19132, max_mtu: 9000)
+      ** (ArgumentError) :max_mtu must be an integer in 400..1500, got: 9000
   """
+
+  @typedoc """
+  A `RakNet.Server` option:
+
+    * `:host` - the IPv4 address the IPv4 socket binds, a tuple or a string. Default
+      `{0, 0, 0, 0}` (every interface), as in X-Plane's library.
+    * `:ipv6_host` - the IPv6 address the IPv6 socket binds. Default `{0, 0, 0, 0, 0, 0, 0, 0}`.
+    * `:open_ipv4_socket` - open the IPv4 socket. Default `true`.
+    * `:open_ipv6_socket` - open a separate, IPv6-only socket. Default `true` unless the
+      `SEPARATE_IPV6_PORT` environment variable is `"false"` (X-Plane's rule).
+    * `:ipv6_port` - the IPv6 socket's port. Default: the server's port (with port 0, each
+      socket gets its own free port; `RakNet.Server.info/1` reports both).
+    * `:client_timeout_ms` - close a connection after this many milliseconds without hearing
+      from the peer. Default `10_000`; at least 100.
+    * `:include_timestamp_with_datagrams` - datagrams carry a 4-byte timestamp, as in official
+      RakNet built with `INCLUDE_TIMESTAMP_WITH_DATAGRAMS` (X-Plane's client). Default `false`.
+    * `:client_data` - the third argument of `RakNet.Client.new/3`, any term. Default `%{}`.
+    * `:offline_ping_response` - the unconnected pong payload (a Bedrock MOTD, say), under
+      64 KiB. Default `"RakNet Server"`. Changed live with
+      `RakNet.Server.set_offline_ping_response/2`.
+    * `:server_identifier` - the server GUID, a 64-bit integer or an 8-byte binary (X-Plane
+      makes one of 8 bytes). Default: random.
+    * `:max_number_of_internal_ids` - internal addresses in the connection-request-accepted
+      message at protocol 6 (official RakNet's `MAXIMUM_NUMBER_OF_INTERNAL_IDS`; protocols 10
+      and 11 use 20). Default `10`.
+    * `:max_connections` - connections per socket; beyond it clients are refused with "no free
+      incoming connections". Default `1024`.
+    * `:protocol_versions` - the RakNet protocol versions accepted, the first preferred; other
+      clients are refused with their version. Default `[11, 10, 6]`.
+    * `:min_mtu` / `:max_mtu` - MTU bounds in bytes, 400..1500. Defaults `400` / `1492`.
+    * `:use_cookies` - answer open-connection-request-1 with an anti-spoofing cookie (Bedrock
+      clients accept it; official RakNet 4.081 clients do not). Default `false`.
+    * `:max_pending_deliveries` - how many messages a connection process may be behind before
+      unreliable ones are dropped; twice as many close the connection as `:overloaded`.
+      Default `10_000`; at least 16.
+  """
+  @type option ::
+          {:host, :inet.ip4_address() | String.t()}
+          | {:ipv6_host, :inet.ip6_address() | String.t()}
+          | {:open_ipv4_socket, boolean()}
+          | {:open_ipv6_socket, boolean()}
+          | {:ipv6_port, :inet.port_number() | nil}
+          | {:client_timeout_ms, pos_integer()}
+          | {:include_timestamp_with_datagrams, boolean()}
+          | {:client_data, term()}
+          | {:offline_ping_response, binary()}
+          | {:server_identifier, non_neg_integer() | <<_::64>> | nil}
+          | {:max_number_of_internal_ids, 1..64}
+          | {:max_connections, pos_integer()}
+          | {:protocol_versions, [0..255, ...]}
+          | {:min_mtu, 400..1500}
+          | {:max_mtu, 400..1500}
+          | {:use_cookies, boolean()}
+          | {:max_pending_deliveries, pos_integer()}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -53,18 +93,37 @@ defmodule RakNet.Server.Config do
   @ignored [:custom_packets, :custom_types, :send]
 
   @doc """
-  Validates `opts` for a server of `client_module` on `port`; raises `ArgumentError` naming
-  the bad option.
+  Validates the arguments of `RakNet.Server.child_spec/1`, `[client_module, port | opts]`;
+  see `new/3`.
 
-      iex> RakNet.Server.Config.new(RakNet.Server.Config, 0, max_mtu: 1400).max_mtu
-      1400
+      iex> RakNet.Server.Config.new([MyGame.Player, 0, host: "127.0.0.1"]).host
+      {127, 0, 0, 1}
   """
-  @spec new(module(), :inet.port_number(), keyword()) :: t()
-  def new(client_module, port, opts) when is_list(opts) do
+  @spec new([term()]) :: t()
+  def new([client_module, port | opts]), do: new(client_module, port, opts)
+
+  def new(other) do
+    raise ArgumentError,
+          "expected [client_module, port | options], got: #{inspect(other)}"
+  end
+
+  @doc """
+  Validates `opts` (see `t:option/0`) for a server of `client_module` on `port` (0 picks a
+  free port) and fills in the defaults; raises `ArgumentError` naming the bad option.
+
+      iex> config = RakNet.Server.Config.new(MyGame.Player, 0, open_ipv6_socket: false)
+      iex> {config.host, config.client_timeout_ms, config.offline_ping_response}
+      {{0, 0, 0, 0}, 10000, "RakNet Server"}
+  """
+  @spec new(module(), :inet.port_number(), [option()]) :: t()
+  def new(client_module, port, opts) do
     unless is_atom(client_module),
       do: raise(ArgumentError, "client module must be a module, got: #{inspect(client_module)}")
 
     check(:port, port, is_integer(port) and port in 0..65_535, "an integer in 0..65535")
+
+    unless Keyword.keyword?(opts),
+      do: raise(ArgumentError, "options must be a keyword list, got: #{inspect(opts)}")
 
     defaults = %__MODULE__{
       client_module: client_module,
@@ -84,14 +143,30 @@ defmodule RakNet.Server.Config do
     |> check_relations()
   end
 
-  defp validate(key, value) when key in [:host, :ipv6_host] do
+  defp validate(:host, value) do
     case parse_ip(value) do
-      {:ok, ip} ->
+      {:ok, ip} when tuple_size(ip) == 4 ->
         ip
+
+      {:ok, _ipv6} ->
+        raise ArgumentError,
+              ":host must be an IPv4 address (the IPv4 socket's); " <>
+                "use :ipv6_host for the IPv6 socket, got: #{inspect(value)}"
 
       :error ->
         raise ArgumentError,
-              "#{inspect(key)} must be an IP address (tuple or string), got: #{inspect(value)}"
+              ":host must be an IPv4 address (tuple or string), got: #{inspect(value)}"
+    end
+  end
+
+  defp validate(:ipv6_host, value) do
+    case parse_ip(value) do
+      {:ok, ip} when tuple_size(ip) == 8 ->
+        ip
+
+      _ ->
+        raise ArgumentError,
+              ":ipv6_host must be an IPv6 address (tuple or string), got: #{inspect(value)}"
     end
   end
 

@@ -1,0 +1,189 @@
+defmodule RakNet.ConnectionTest do
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.{EchoClient, GreeterClient, ReasonClient}
+
+  defp start_server(opts \\ []) do
+    {module, opts} = Keyword.pop(opts, :module, EchoClient)
+
+    opts =
+      Keyword.merge([host: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+
+    spec = RakNet.Server.child_spec([module, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  defp connect(port) do
+    assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, server_side}, 5_000
+    {conn, server_side}
+  end
+
+  describe "send/3,4" do
+    test "a connection handle sends from any process without a hop" do
+      {_server, port} = start_server()
+      {conn, server_side} = connect(port)
+      assert {:ok, handle} = Connection.conn_ref(server_side)
+      assert is_reference(handle)
+
+      task =
+        Task.async(fn -> Connection.send(handle, :reliable_ordered, <<0x86, "from a task">>) end)
+
+      assert Task.await(task) == {:ok, nil}
+      assert_receive {:raknet, ^conn, 0x86, "from a task", _}, 5_000
+      assert {:ok, %{address: {{127, 0, 0, 1}, _}}} = Connection.info(handle)
+    end
+
+    test "arguments of the wrong type are errors, not exceptions" do
+      {_server, port} = start_server()
+      {_conn, server_side} = connect(port)
+
+      assert Connection.send(server_side, "reliable", <<0x86>>) == {:error, :bad_reliability}
+
+      assert Connection.send(server_side, :reliable, <<0x86>>, channel: "1") ==
+               {:error, :bad_channel}
+
+      assert Connection.send(server_side, :reliable, <<0x86>>, priority: "high") ==
+               {:error, :bad_priority}
+
+      assert Connection.send(server_side, :reliable, [0x86]) == {:error, :not_binary}
+    end
+
+    test "a dead connection process is :closed for every function" do
+      dead = spawn(fn -> :ok end)
+      ref = Process.monitor(dead)
+      assert_receive {:DOWN, ^ref, :process, ^dead, _}
+
+      assert Connection.send(dead, :reliable, <<0x86>>) == {:error, :closed}
+      assert Connection.send(dead, :reliable, <<0x86>>, channel: 1) == {:error, :closed}
+      assert Connection.conn_ref(dead) == {:error, :closed}
+      assert Connection.info(dead) == {:error, :closed}
+      assert Connection.close(dead) == :ok
+    end
+
+    test "a closed handle is :closed" do
+      {_server, port} = start_server()
+      {conn, server_side} = connect(port)
+      {:ok, handle} = Connection.conn_ref(server_side)
+      :ok = Connection.close(conn)
+      assert_receive {:client_disconnect, ^server_side}, 5_000
+      assert Connection.send(handle, :reliable, <<0x86>>) == {:error, :closed}
+      assert Connection.info(handle) == {:error, :closed}
+      assert Connection.close(handle) == :ok
+    end
+  end
+
+  describe "optional callbacks" do
+    test "got_loss/2 hears of lost receipts when defined" do
+      {_server, port} = start_server(module: ReasonClient)
+      {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+      assert_receive {:reason_new, server_side}, 5_000
+      {:ok, handle} = Connection.conn_ref(server_side)
+
+      # Loopback loses nothing, so the runtime's message is stood in for.
+      send(server_side, {:raknet_receipt, handle, 42, :lost})
+      assert_receive {:loss, 42}, 5_000
+    end
+
+    test "implementations without got_loss/2 ignore lost receipts" do
+      {_server, port} = start_server()
+      {conn, server_side} = connect(port)
+      {:ok, handle} = Connection.conn_ref(server_side)
+      ref = Process.monitor(server_side)
+
+      send(server_side, {:raknet_receipt, handle, 42, :lost})
+      {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "after">>)
+      assert_receive {:raknet, ^conn, 0x86, "after", _}, 5_000
+      refute_received {:DOWN, ^ref, :process, _, _}
+    end
+  end
+
+  describe "the connection process" do
+    @tag :capture_log
+    test "ignores linked processes that exit normally and dies with ones that crash" do
+      {_server, port} = start_server()
+      {conn, server_side} = connect(port)
+      ref = Process.monitor(server_side)
+
+      # Exits are trapped, so a linked process's exit arrives as this message.
+      send(server_side, {:EXIT, self(), :normal})
+      {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "alive">>)
+      assert_receive {:raknet, ^conn, 0x86, "alive", _}, 5_000
+
+      send(server_side, {:EXIT, self(), :boom})
+      assert_receive {:DOWN, ^ref, :process, ^server_side, :boom}, 5_000
+      assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+      # A crash is not a disconnect: the client's state is not trusted any more.
+      refute_received {:client_disconnect, ^server_side}
+    end
+
+    test "a supervisor's shutdown runs disconnect/2 with :shutdown" do
+      {_server, port} = start_server()
+
+      assert {:ok, client} = RakNet.connect("127.0.0.1", port, client: {ReasonClient, self()})
+
+      assert_receive {:client_new, server_side}, 5_000
+      :ok = DynamicSupervisor.terminate_child(RakNet.ClientSupervisor, client)
+      assert_receive {:disconnect_2, ^client, :shutdown}, 1_000
+      assert_receive {:client_disconnect, ^server_side}, 5_000
+    end
+  end
+
+  describe "client role" do
+    test "callbacks may send from new/3 and receive the answers" do
+      {_server, port} = start_server()
+
+      assert {:ok, client} = RakNet.connect("127.0.0.1", port, client: {GreeterClient, self()})
+
+      assert_receive {:greeter_new, ^client, {:ok, nil}}, 5_000
+      assert_receive {:greeter_received, ^client, 0x86, "hello"}, 5_000
+      assert {:ok, %{protocol: 11}} = Connection.info(client)
+
+      :ok = Connection.close(client)
+      assert_receive {:greeter_disconnect, ^client}, 5_000
+    end
+
+    test "a connect timeout leaves no process behind" do
+      {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1}, active: false)
+      {:ok, port} = :inet.port(silent)
+
+      assert RakNet.connect("127.0.0.1", port, timeout: 300, client: {GreeterClient, self()}) ==
+               {:error, :timeout}
+
+      # The process closes the half-open connection and stops once the runtime confirms.
+      for {_, pid, _, _} <- DynamicSupervisor.which_children(RakNet.ClientSupervisor) do
+        ref = Process.monitor(pid)
+        assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
+      end
+
+      assert DynamicSupervisor.which_children(RakNet.ClientSupervisor) == []
+      refute_received {:greeter_new, _, _}
+    end
+
+    @tag timeout: 60_000
+    test "50 clients, each running a RakNet.Client, echo concurrently" do
+      {server, port} = start_server()
+      test = self()
+
+      clients =
+        1..50
+        |> Task.async_stream(
+          fn _ -> RakNet.connect("127.0.0.1", port, client: {GreeterClient, test}) end,
+          max_concurrency: 50,
+          timeout: 20_000
+        )
+        |> Enum.map(fn {:ok, {:ok, client}} -> client end)
+
+      for client <- clients do
+        assert_receive {:greeter_new, ^client, {:ok, nil}}, 10_000
+        assert_receive {:greeter_received, ^client, 0x86, "hello"}, 10_000
+      end
+
+      assert RakNet.Server.info(server).connections == 50
+      Enum.each(clients, &Connection.close/1)
+      for client <- clients, do: assert_receive({:greeter_disconnect, ^client}, 10_000)
+    end
+  end
+end
