@@ -140,6 +140,9 @@ pub(crate) struct Connection {
     reassembly: Reassembly,
     channels: Vec<Channel<Delivered>>,
     early: Vec<(Bytes, Duration)>,
+    /// Scratch buffer for the messages one datagram delivers (kept to avoid an allocation
+    /// per datagram; always empty between calls).
+    delivered: Vec<Delivered>,
     clock: ClockSync,
 
     events: VecDeque<ConnEvent>,
@@ -217,6 +220,7 @@ impl Connection {
                 .map(|_| Channel::starting_at(OrderIndex::new(first)))
                 .collect(),
             early: Vec::new(),
+            delivered: Vec::new(),
             clock: ClockSync::default(),
             events: VecDeque::new(),
             receipts_out: Vec::new(),
@@ -621,7 +625,8 @@ impl Connection {
             self.ack_timestamp = header.timestamp;
         }
         let mut refused = false;
-        let mut delivered = Vec::new();
+        // Reuse one buffer for the messages a datagram delivers: no allocation per datagram.
+        let mut delivered = std::mem::take(&mut self.delivered);
         for frame in Frames::new(body) {
             let Ok(frame) = frame else {
                 self.stats.malformed += 1;
@@ -643,12 +648,13 @@ impl Connection {
         if !refused {
             self.acks.push(now, header.seq);
         }
-        for Delivered(payload) in delivered {
+        for Delivered(payload) in delivered.drain(..) {
             self.on_message(now, payload);
             if self.state == State::Closed {
                 return;
             }
         }
+        self.delivered = delivered;
     }
 
     /// Take a frame through duplicate filtering, reassembly and ordering. `Err(None)`
