@@ -3,22 +3,16 @@ defmodule RakNet.PingTest do
 
   alias RakNet.Test.Official
 
-  @endpoint_opts %{
-    host: "127.0.0.1",
-    port: 0,
-    accept_incoming: true,
-    max_connections: 10,
-    protocol_versions: [11, 10, 6],
-    min_mtu: 400,
-    max_mtu: 1492,
-    timeout_ms: 10_000,
-    include_timestamp_with_datagrams: false,
-    offline_ping_response: <<0, 15, "MCPE;a;1;v;2;3;">>,
-    max_number_of_internal_ids: 10,
-    use_cookies: false,
-    guid: 42,
-    max_pending_deliveries: 10_000
-  }
+  # A server endpoint: the client endpoint's options, accepting connections on 127.0.0.1.
+  @endpoint_opts RakNet.ClientEndpoint.native_opts(:inet)
+                 |> Map.merge(%{
+                   host: "127.0.0.1",
+                   accept_incoming: true,
+                   max_connections: 10,
+                   offline_ping_response: <<0, 15, "MCPE;a;1;v;2;3;">>,
+                   guid: 42,
+                   shared_thread: false
+                 })
 
   test "pings one of our endpoints and parses its Bedrock MOTD" do
     {:ok, endpoint} = RakNet.Native.endpoint_start(@endpoint_opts, self())
