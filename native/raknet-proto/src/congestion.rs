@@ -113,8 +113,15 @@ impl Controller for SlidingWindow {
     }
 }
 
+/// How much sending a pacer lets accrue between two wake-ups of the caller: runtimes' timers
+/// fire with about a millisecond of granularity, so a bucket smaller than what the rate earns in
+/// that time would cap the rate at `burst` per timer tick (about 12 k datagrams/s for 8
+/// datagrams), far below what loopback or a LAN carries.
+pub(crate) const PACING_GRANULARITY: Duration = Duration::from_millis(2);
+
 /// Spreads a window's worth of datagrams over a round trip instead of sending it in one
-/// burst: a token bucket refilled at 1.25 × window / RTT, holding at most a burst.
+/// burst: a token bucket refilled at 1.25 × window / RTT, holding at most a burst (or what the
+/// rate earns over [`PACING_GRANULARITY`], if more).
 #[derive(Debug, Clone)]
 pub struct Pacer {
     tokens: f64,
@@ -143,8 +150,12 @@ impl Pacer {
     ) -> Option<Instant> {
         let rate = Self::rate(window, srtt)?;
         let last = *self.last.get_or_insert(now);
-        self.tokens = (self.tokens + now.saturating_duration_since(last).as_secs_f64() * rate)
-            .min(self.burst);
+        // At least the configured burst; at most a window.
+        let burst = (rate * PACING_GRANULARITY.as_secs_f64())
+            .min(window as f64)
+            .max(self.burst);
+        self.tokens =
+            (self.tokens + now.saturating_duration_since(last).as_secs_f64() * rate).min(burst);
         self.last = Some(now);
         let need = bytes as f64;
         if self.tokens >= need {
@@ -206,5 +217,42 @@ mod tests {
         // 1000 bytes at 125 000 B/s.
         assert_eq!(wait.as_millis(), 8);
         assert_eq!(p.delay(t0, 1000, 10_000, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn pacer_bucket_holds_a_timer_tick_of_a_fast_rate() {
+        // 1 MB window over a 1 ms RTT: 1.25 GB/s, 2.5 MB per 2 ms tick, capped at the window.
+        let t0 = Instant::now();
+        let mut p = Pacer::new(12_000);
+        let (window, rtt) = (1_000_000, Duration::from_millis(1));
+        assert_eq!(p.delay(t0, 1_500, window, rtt), None);
+        p.on_sent(12_000);
+        // After a 1 ms timer tick, 1.25 MB were earned: the bucket keeps a window, not 8 datagrams.
+        let t1 = t0 + Duration::from_millis(1);
+        for _ in 0..600 {
+            assert_eq!(p.delay(t1, 1_500, window, rtt), None);
+            p.on_sent(1_500);
+        }
+        // A slow rate keeps the configured burst: 10 kB window over 100 ms, 250 B per tick.
+        let mut slow = Pacer::new(2_000);
+        let t2 = t0 + Duration::from_secs(10);
+        assert_eq!(
+            slow.delay(t0, 1_000, 10_000, Duration::from_millis(100)),
+            None
+        );
+        slow.on_sent(1_000);
+        assert_eq!(
+            slow.delay(t2, 1_000, 10_000, Duration::from_millis(100)),
+            None
+        );
+        slow.on_sent(1_000);
+        assert_eq!(
+            slow.delay(t2, 1_000, 10_000, Duration::from_millis(100)),
+            None
+        );
+        slow.on_sent(1_000);
+        assert!(slow
+            .delay(t2, 1_000, 10_000, Duration::from_millis(100))
+            .is_some());
     }
 }

@@ -30,7 +30,7 @@ use crate::message::{
 use crate::recv::ordering::{Channel, Outcome};
 use crate::recv::reassembly::{Reassembly, Refusal};
 use crate::recv::reliable::{Check, ReliableWindow};
-use crate::recv::window::{Arrival, DatagramWindow, PendingRanges};
+use crate::recv::window::{AckRepeats, Arrival, DatagramWindow, PendingRanges};
 use crate::reliability::Reliability;
 use crate::rtt::RttEstimator;
 use crate::send::flight::{Flight, ReceiptOutcome, Sent};
@@ -134,6 +134,8 @@ pub(crate) struct Connection {
     // Receive path.
     window: DatagramWindow,
     acks: PendingRanges,
+    /// Recently sent ACK ranges, repeated in the next ACKs (lost ACKs cost no resends).
+    ack_repeats: AckRepeats,
     naks: PendingRanges,
     ack_timestamp: Option<u32>,
     reliable: ReliableWindow,
@@ -213,6 +215,7 @@ impl Connection {
             burst: false,
             pace_until: None,
             acks: PendingRanges::default(),
+            ack_repeats: AckRepeats::default(),
             naks: PendingRanges::default(),
             ack_timestamp: None,
             reassembly: Reassembly::default(),
@@ -1059,7 +1062,9 @@ impl Connection {
             } else {
                 0
             };
-        let ranges = self.acks.take(self.udp_budget() - overhead);
+        let budget = self.udp_budget() - overhead;
+        let mut ranges = self.acks.take(budget);
+        self.ack_repeats.add_to(&mut ranges, budget);
         Ack {
             timestamp,
             arrival_rate: None,

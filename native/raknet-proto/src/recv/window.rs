@@ -216,6 +216,67 @@ impl PendingRanges {
     }
 }
 
+/// How many later ACK datagrams repeat a range after it was first sent.
+const ACK_REPEATS: u8 = 2;
+/// Ranges remembered for repeating; older ones are forgotten first.
+const MAX_REPEATED_RANGES: usize = 32;
+
+/// Recently sent ACK ranges, repeated in the next few ACK datagrams.
+///
+/// RakNet ACKs are not cumulative and are never acknowledged themselves: when an ACK datagram
+/// is lost, the sender learns of those datagrams only through its retransmission timeout,
+/// resends them needlessly and collapses its window. Repeating each range in the next
+/// [`ACK_REPEATS`] ACKs (which go out anyway, so no datagram is added) makes that need the
+/// loss of three ACKs in a row. Repeats cost a few bytes: consecutive ranges merge. Senders
+/// ignore acknowledgements of datagrams they already resolved (official RakNet included).
+#[derive(Debug, Default)]
+pub(crate) struct AckRepeats {
+    sent: VecDeque<(AckRange, u8)>,
+}
+
+impl AckRepeats {
+    /// Add the ranges sent recently to `ranges` (fresh ones about to be sent), as far as
+    /// `budget` bytes allow, merge what touches, and remember the fresh ones for repeating.
+    pub(crate) fn add_to(&mut self, ranges: &mut Vec<AckRange>, budget: usize) {
+        let mut used: usize = ranges.iter().map(AckRange::encoded_len).sum();
+        let fresh = ranges.len();
+        for (range, left) in &mut self.sent {
+            if used + range.encoded_len() > budget || ranges.len() == usize::from(u16::MAX) {
+                break;
+            }
+            used += range.encoded_len();
+            ranges.push(*range);
+            *left -= 1;
+        }
+        self.sent.retain(|(_, left)| *left > 0);
+        for range in &ranges[..fresh] {
+            self.sent.push_back((*range, ACK_REPEATS));
+        }
+        while self.sent.len() > MAX_REPEATED_RANGES {
+            self.sent.pop_front();
+        }
+        merge(ranges);
+    }
+}
+
+/// Sort ranges and merge those that overlap or touch. Ranges never cross the 2^24 wrap, so
+/// plain numeric order is right.
+fn merge(ranges: &mut Vec<AckRange>) {
+    ranges.sort_unstable_by_key(|r| r.start.get());
+    let mut out: Vec<AckRange> = Vec::with_capacity(ranges.len());
+    for r in ranges.drain(..) {
+        match out.last_mut() {
+            Some(last) if r.start.get() <= last.end.get().saturating_add(1) => {
+                if r.end.get() > last.end.get() {
+                    last.end = r.end;
+                }
+            }
+            _ => out.push(r),
+        }
+    }
+    *ranges = out;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,5 +415,64 @@ mod tests {
         assert_eq!(p.len(), 2);
         assert_eq!(p.take(7).len(), 1, "budget respected");
         assert_eq!(p.len(), 1);
+    }
+
+    fn r(start: u32, end: u32) -> AckRange {
+        AckRange {
+            start: s(start),
+            end: s(end),
+        }
+    }
+
+    #[test]
+    fn ack_ranges_are_repeated_in_the_next_two_acks_and_merged() {
+        let mut rep = AckRepeats::default();
+        let mut first = vec![r(0, 15)];
+        rep.add_to(&mut first, 1400);
+        assert_eq!(first, [r(0, 15)]);
+        let mut second = vec![r(16, 31)];
+        rep.add_to(&mut second, 1400);
+        assert_eq!(second, [r(0, 31)], "repeat merged with the fresh range");
+        let mut third = vec![r(40, 40)];
+        rep.add_to(&mut third, 1400);
+        assert_eq!(third, [r(0, 31), r(40, 40)]);
+        let mut fourth = vec![r(41, 50)];
+        rep.add_to(&mut fourth, 1400);
+        assert_eq!(
+            fourth,
+            [r(16, 31), r(40, 50)],
+            "0-15 was repeated twice already"
+        );
+        let mut fifth = vec![];
+        rep.add_to(&mut fifth, 1400);
+        assert_eq!(fifth, [r(40, 50)]);
+        let mut sixth = vec![];
+        rep.add_to(&mut sixth, 1400);
+        assert_eq!(sixth, [r(41, 50)]);
+        let mut seventh = vec![];
+        rep.add_to(&mut seventh, 1400);
+        assert!(seventh.is_empty());
+    }
+
+    #[test]
+    fn ack_repeats_stay_within_the_budget_and_the_wrap() {
+        let mut rep = AckRepeats::default();
+        let top = DatagramSeq::MAX.get();
+        let mut first = vec![r(top - 3, top), r(0, 2)];
+        rep.add_to(&mut first, 1400);
+        assert_eq!(
+            first,
+            [r(0, 2), r(top - 3, top)],
+            "no merge across the wrap"
+        );
+        // Only one 7-byte range fits beside the fresh single (4 bytes) in 11 bytes.
+        let mut second = vec![r(10, 10)];
+        rep.add_to(&mut second, 11);
+        assert_eq!(second, [r(10, 10), r(top - 3, top)]);
+        // At most MAX_REPEATED_RANGES are remembered.
+        for i in 0..100 {
+            rep.add_to(&mut vec![r(1000 + 2 * i, 1000 + 2 * i)], 0);
+        }
+        assert_eq!(rep.sent.len(), MAX_REPEATED_RANGES);
     }
 }

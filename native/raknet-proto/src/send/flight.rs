@@ -71,6 +71,9 @@ pub(crate) struct FlightCounters {
 #[derive(Debug, Default)]
 pub(crate) struct Flight {
     records: VecDeque<Record>,
+    /// Every record before this index is resolved: timers start here instead of walking the
+    /// lost records kept for late ACKs (which made each timer check O(KEEP_LOST)).
+    unresolved_from: usize,
     frames: HashMap<u32, InFlight>,
     resend: VecDeque<MessageIndex>,
     /// Outstanding receipts and how many fragments each still waits for.
@@ -283,6 +286,14 @@ impl Flight {
                 break;
             }
             self.records.pop_front();
+            self.unresolved_from = self.unresolved_from.saturating_sub(1);
+        }
+        while self
+            .records
+            .get(self.unresolved_from)
+            .is_some_and(|r| r.resolved)
+        {
+            self.unresolved_from += 1;
         }
     }
 
@@ -295,7 +306,8 @@ impl Flight {
         out: &mut Vec<ReceiptOutcome>,
     ) {
         let overflow = self.records.len().saturating_sub(MAX_RECORDS);
-        for i in 0..self.records.len() {
+        // Records before `unresolved_from` are resolved already: `lose` would skip them.
+        for i in self.unresolved_from..self.records.len() {
             if i >= overflow && self.records[i].sent_at + rto > now {
                 break;
             }
@@ -306,8 +318,12 @@ impl Flight {
 
     /// When the oldest unresolved datagram expires.
     pub(crate) fn next_expiry(&self, rto: Duration) -> Option<Instant> {
+        debug_assert!(self
+            .unresolved_from
+            .checked_sub(1)
+            .is_none_or(|i| self.records[i].resolved));
         self.records
-            .iter()
+            .range(self.unresolved_from..)
             .find(|r| !r.resolved)
             .map(|r| r.sent_at + rto)
     }
@@ -318,6 +334,7 @@ impl Flight {
         ids.sort();
         out.extend(ids.into_iter().map(ReceiptOutcome::Lost));
         self.records.clear();
+        self.unresolved_from = 0;
         self.frames.clear();
         self.resend.clear();
         self.bytes_in_flight = 0;
@@ -470,5 +487,38 @@ mod tests {
         );
         f.close(&mut out);
         assert_eq!(out.len(), 1, "no receipt reported twice");
+    }
+
+    #[test]
+    fn timers_start_after_the_lost_records_kept_for_late_acks() {
+        let t = Instant::now();
+        let rto = Duration::from_millis(100);
+        let (mut rtt, mut cc, mut out) = (
+            RttEstimator::new(),
+            SlidingWindow::new(1400, 1 << 20),
+            Vec::new(),
+        );
+        let mut f = Flight::default();
+        for i in 0..10 {
+            f.on_sent(sent(i, t, vec![(reliable(i), None)], vec![], vec![]));
+        }
+        // 0-3 are lost and kept (their frames may still be ACKed late); 5 is ACKed out of order.
+        for i in 0..4 {
+            f.on_nak(DatagramSeq::new(i), &mut cc, &mut out);
+        }
+        f.on_ack(DatagramSeq::new(5), t, &mut rtt, &mut cc, &mut out);
+        assert_eq!(f.records(), 10);
+        assert_eq!(f.unresolved_from, 4);
+        assert_eq!(f.next_expiry(rto), Some(t + rto));
+        // A later datagram: only 4 and 6-9 expire at t + rto, not the new one.
+        let later = t + Duration::from_millis(50);
+        f.on_sent(sent(10, later, vec![(reliable(10), None)], vec![], vec![]));
+        f.on_timeout(t + rto, rto, &mut cc, &mut out);
+        assert_eq!(f.counters.lost_datagrams, 4 + 5);
+        assert_eq!(f.unresolved_from, 10);
+        assert_eq!(f.next_expiry(rto), Some(later + rto));
+        // ACKing the last one leaves nothing to time.
+        f.on_ack(DatagramSeq::new(10), later, &mut rtt, &mut cc, &mut out);
+        assert_eq!(f.next_expiry(rto), None);
     }
 }
