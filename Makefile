@@ -67,9 +67,6 @@ server: deps
 
 bench: deps venv
 	cargo build --release -p raknet-bench
-	./target/release/codec
-	./target/release/engine
-	./target/release/udp
 	$(MIX) run bench/run.exs </dev/null
 
 FUZZ_SECONDS ?= 60

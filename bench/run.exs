@@ -1,31 +1,38 @@
-# `make bench`, the Elixir half: RakNet.Server in this VM, measured from outside.
+# `make bench`: every scenario of the benchmark in one run, on loopback.
 #
-#   mix run bench/run.exs
+#   mix run bench/run.exs            (after `cargo build --release -p raknet-bench`)
 #
-# Prints a table and writes bench/results/<date>.json. A benchmark, not a test: it asserts only
-# that each scenario completed. Runs on loopback only.
+# Runs the Rust microbenchmarks (codec, engine, raw UDP) and the end-to-end scenarios against a
+# RakNet.Server in this VM, prints one table, and writes bench/results/<date>.json. Every number
+# is the median of repeated runs (BENCH_RUNS, default 3); comparisons are made in the same run and
+# reported as ratios. A benchmark, not a test: it asserts only that each scenario completed.
 
 defmodule Bench.Handler do
-  @moduledoc "Counts messages into a :counters slot; echoes them when `echo` is set."
-  defstruct [:connection, :counter, :echo, :marks]
+  @moduledoc """
+  The server side of every scenario: counts messages into a `:counters` slot, echoes them when
+  `echo` is set, and reports the end-of-run marker (0x87) and bulk messages (0x88).
+  """
+  defstruct [:connection, :opts]
 end
 
 defimpl RakNet.Client, for: Bench.Handler do
-  def new(h, connection, {counter, echo, marks}),
-    do: %{h | connection: connection, counter: counter, echo: echo, marks: marks}
+  def new(h, connection, opts), do: %{h | connection: connection, opts: opts}
 
-  def receive(h, 0x87, _buffer, _transit) do
-    # End-of-run marker (official sender): record when it arrived.
-    :ets.insert(h.marks, {:marker, System.monotonic_time(:microsecond)})
-  end
+  def receive(h, 0x87, _buffer, _transit),
+    do: :ets.insert(h.opts.marks, {:marker, System.monotonic_time(:microsecond)})
+
+  def receive(h, 0x88, buffer, _transit),
+    do: send(h.opts.notify, {:bulk, byte_size(buffer) + 1, System.monotonic_time(:microsecond)})
 
   def receive(h, type, buffer, _transit) do
-    if :counters.get(h.counter, 1) == 0,
-      do: :ets.insert(h.marks, {:first, System.monotonic_time(:microsecond)})
+    counter = h.opts.counter
 
-    :counters.add(h.counter, 1, 1)
+    if :counters.get(counter, 1) == 0,
+      do: :ets.insert(h.opts.marks, {:first, System.monotonic_time(:microsecond)})
 
-    if h.echo,
+    :counters.add(counter, 1, 1)
+
+    if h.opts.echo,
       do: RakNet.Connection.send(h.connection, :reliable_ordered, <<type, buffer::binary>>)
   end
 
@@ -35,79 +42,169 @@ end
 
 defmodule Bench do
   @root Path.expand("..", __DIR__)
-  @load Path.join([@root, "target", "release", "raknet-load"])
+  @bin Path.join([@root, "target", "release"])
   @python Path.join([@root, ".venv", "bin", "python"])
   @sender Path.join([@root, "test", "interop", "peers", "official_sender.py"])
+  @bulk_bytes 16 * 1024 * 1024
 
-  def server(echo) do
+  def runs, do: String.to_integer(System.get_env("BENCH_RUNS", "3"))
+
+  @doc "Runs `fun` `runs()` times; returns the list of results."
+  def repeat(fun), do: for(_ <- 1..runs(), do: fun.())
+
+  def median([]), do: nil
+  def median(xs), do: xs |> Enum.sort() |> Enum.at(div(length(xs), 2))
+
+  @doc "The median of `key` over a list of maps."
+  def median(results, key), do: results |> Enum.map(&Map.fetch!(&1, key)) |> median()
+
+  def server(opts \\ []) do
     counter = :counters.new(1, [:atomics])
     marks = :ets.new(:marks, [:public, :set])
+
+    client_data = %{
+      counter: counter,
+      marks: marks,
+      echo: Keyword.get(opts, :echo, false),
+      notify: self()
+    }
 
     {:ok, sup} =
       RakNet.Server.start_link(Bench.Handler, 0,
         host: "127.0.0.1",
         open_ipv6_socket: false,
         max_connections: 20_000,
-        client_data: {counter, echo, marks}
+        client_data: client_data
       )
 
     Process.unlink(sup)
-    {sup, RakNet.Server.info(sup).ipv4_port, counter, marks}
+    %{sup: sup, port: RakNet.Server.info(sup).ipv4_port, counter: counter, marks: marks}
   end
 
-  def median(xs), do: xs |> Enum.sort() |> Enum.at(div(length(xs), 2))
+  def stop(%{sup: sup, marks: marks}) do
+    RakNet.Server.stop(sup)
+    :ets.delete(marks)
+  end
 
-  # 1. One connection, 64 B reliable_ordered, Elixir client -> Elixir handler.
+  # -- Rust microbenchmarks and the physical limit ------------------------------------------
+
+  def rust(bin, args \\ []) do
+    {out, 0} = System.cmd(Path.join(@bin, bin), args, stderr_to_stdout: true)
+    out |> String.split("\n", trim: true) |> Enum.each(&IO.puts("   " <> &1))
+    out
+  end
+
+  def codec do
+    out = rust("codec")
+    %{ns_per_datagram_1400b_20_frames: num(out, ~r/median ([\d.]+) ns\/datagram/)}
+  end
+
+  def engine do
+    out = rust("engine")
+
+    bulk =
+      for [_, loss, secs, mbs] <-
+            Regex.scan(
+              ~r/16 MiB .*?(\d+) % loss: median ([\d.]+) s virtual = ([\d.]+) MB\/s/,
+              out
+            ),
+          do: %{loss_percent: int(loss), seconds: flt(secs), mb_per_s: flt(mbs)}
+
+    %{
+      messages_per_s: num(out, ~r/median (\d+) messages\/s/),
+      bulk_16mib_20ms_rtt_virtual: bulk
+    }
+  end
+
+  def udp do
+    out = rust("udp")
+
+    %{
+      datagrams_per_s: num(out, ~r/median (\d+) datagrams\/s/),
+      rtt_p50_us: num(out, ~r/p50 ([\d.]+) µs/),
+      rtt_p99_us: num(out, ~r/p99 ([\d.]+) µs/)
+    }
+  end
+
+  # -- 1. One connection, 64 B reliable_ordered, Elixir client -> Elixir handler ------------
+
+  # The client keeps at most @window messages ahead of the handler (one way: the handler's
+  # count; echo: the echoes back), so the run measures sustained throughput instead of filling
+  # the handler's mailbox until the server closes the connection as overloaded (see
+  # :max_pending_deliveries, 10 000 by default).
+  @window 5_000
+
   def throughput(echo, n \\ 100_000) do
-    {sup, port, counter, _} = server(echo)
-    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    server = server(echo: echo)
+    {:ok, conn} = RakNet.connect("127.0.0.1", server.port)
     payload = <<0x86, 0::504>>
+    {:ok, before} = RakNet.Connection.info(conn)
     t0 = System.monotonic_time(:microsecond)
-    send_all(conn, payload, n)
-    if echo, do: await_echoes(conn, n), else: await_count(counter, n)
+
+    if echo,
+      do: echo_loop(conn, payload, 0, 0, n),
+      else: one_way_loop(conn, payload, 0, n, server.counter)
+
     us = System.monotonic_time(:microsecond) - t0
-    RakNet.Server.stop(sup)
-    n * 1_000_000 / us
+    {:ok, stats} = RakNet.Connection.info(conn)
+    RakNet.Connection.close(conn)
+    stop(server)
+
+    %{
+      messages_per_s: round(n * 1_000_000 / us),
+      client_datagrams_out_per_s:
+        round((stats.stats.datagrams_out - before.stats.datagrams_out) * 1_000_000 / us)
+    }
   end
 
-  defp send_all(_conn, _payload, 0), do: :ok
+  defp one_way_loop(conn, payload, sent, n, counter) do
+    delivered = :counters.get(counter, 1)
 
-  defp send_all(conn, payload, n) do
-    case RakNet.Connection.send(conn, :reliable_ordered, payload) do
-      {:ok, _} ->
-        send_all(conn, payload, n - 1)
+    cond do
+      delivered >= n ->
+        :ok
 
-      {:error, :over_budget} ->
+      sent < n and sent - delivered < @window ->
+        send!(conn, payload)
+        one_way_loop(conn, payload, sent + 1, n, counter)
+
+      true ->
         Process.sleep(1)
-        send_all(conn, payload, n)
+        one_way_loop(conn, payload, sent, n, counter)
     end
   end
 
-  defp await_count(counter, n) do
-    if :counters.get(counter, 1) < n do
-      Process.sleep(1)
-      await_count(counter, n)
+  defp echo_loop(_conn, _payload, _sent, n, n), do: :ok
+
+  defp echo_loop(conn, payload, sent, received, n) do
+    if sent < n and sent - received < @window do
+      send!(conn, payload)
+      echo_loop(conn, payload, sent + 1, received, n)
+    else
+      receive do
+        {:raknet, ^conn, _, _, _} -> echo_loop(conn, payload, sent, received + 1, n)
+      after
+        30_000 -> raise "echoes stopped with #{n - received} missing"
+      end
     end
   end
 
-  defp await_echoes(_conn, 0), do: :ok
-
-  defp await_echoes(conn, n) do
-    receive do
-      {:raknet, ^conn, _, _, _} -> await_echoes(conn, n - 1)
-    after
-      30_000 -> raise "echoes stopped with #{n} missing"
+  defp send!(conn, payload) do
+    case RakNet.Connection.send(conn, :reliable_ordered, payload) do
+      {:ok, _} -> :ok
+      {:error, reason} -> raise "send failed: #{inspect(reason)}"
     end
   end
 
-  # 2. The official client sending to our server, and to an official server.
+  # -- 2. The official client sending to our server, and to an official server ---------------
+
   def official(n \\ 20_000) do
-    {sup, port, counter, marks} = server(false)
-    {_, 0} = System.cmd(@python, [@sender, "send", "127.0.0.1", "#{port}", "#{n}", "64"])
-    [{:first, first}] = :ets.lookup(marks, :first)
-    [{:marker, last}] = :ets.lookup(marks, :marker)
-    ours = :counters.get(counter, 1) * 1_000_000 / max(last - first, 1)
-    RakNet.Server.stop(sup)
+    server = server()
+    {_, 0} = System.cmd(@python, [@sender, "send", "127.0.0.1", "#{server.port}", "#{n}", "64"])
+    [{:first, first}] = :ets.lookup(server.marks, :first)
+    [{:marker, last}] = :ets.lookup(server.marks, :marker)
+    ours = :counters.get(server.counter, 1) * 1_000_000 / max(last - first, 1)
+    stop(server)
 
     counting =
       Port.open({:spawn_executable, @python}, [:binary, {:line, 256}, args: [@sender, "count"]])
@@ -125,65 +222,202 @@ defmodule Bench do
                    r |> String.split() |> hd() |> String.to_integer())
 
     Task.await(sender, 150_000)
-    %{ours: round(ours), official: rate, ratio: Float.round(ours / max(rate, 1), 2)}
+    %{ours: round(ours), official: rate}
   end
 
-  # 4 and 5: raknet-load against an echoing RakNet.Server.
-  def load(args) do
-    {sup, port, _counter, _} = server(true)
-    before = {cpu_ticks(), System.monotonic_time(:millisecond), :erlang.memory(:total), rss_kb()}
-    {out, 0} = System.cmd(@load, ["--port", "#{port}" | args], stderr_to_stdout: true)
-    {cpu0, t0, mem0, rss0} = before
-    # Memory while connected is sampled by the load tester's run; take the peak from info.
-    wall_ms = System.monotonic_time(:millisecond) - t0
-    cpu_share = (cpu_ticks() - cpu0) * 10 / max(wall_ms, 1)
-    connections = parse(out, ~r/connections\s+(\d+) ok/)
+  # -- 3. Bulk: one 16 MiB reliable_ordered message through a lossy relay --------------------
 
-    result = %{
-      connections: connections,
-      out_per_s: parse(out, ~r/sent\s+\d+ messages \((\d+)\/s/),
-      in_per_s: parse(out, ~r/received\s+\d+ messages \((\d+)\/s/),
-      p50_ms: parse_f(out, ~r/p50 ([\d.]+) ms/),
-      p99_ms: parse_f(out, ~r/p99 ([\d.]+) ms/),
-      unanswered: parse(out, ~r/unanswered\s+(\d+)/),
-      server_cpu_share_of_one_core: Float.round(cpu_share, 2),
-      beam_bytes_per_connection_after:
-        div(max(:erlang.memory(:total) - mem0, 0), max(connections, 1)),
-      rss_kb_delta: rss_kb() - rss0
+  def bulk(loss, seed) do
+    server = server()
+
+    relay =
+      Port.open({:spawn_executable, Path.join(@bin, "raknet-relay")}, [
+        :binary,
+        {:line, 256},
+        args: ~w(--target 127.0.0.1:#{server.port} --loss #{loss} --seed #{seed})
+      ])
+
+    relay_port =
+      receive do
+        {^relay, {:data, {:eol, "RELAY " <> p}}} -> String.to_integer(p)
+      after
+        5_000 -> raise "raknet-relay did not start"
+      end
+
+    {:ok, conn} = RakNet.connect("127.0.0.1", relay_port, timeout: 10_000)
+    message = <<0x88, :binary.copy(<<0>>, @bulk_bytes - 1)::binary>>
+    t0 = System.monotonic_time(:microsecond)
+    {:ok, _} = RakNet.Connection.send(conn, :reliable_ordered, message)
+
+    t1 =
+      receive do
+        {:bulk, @bulk_bytes, t1} -> t1
+      after
+        300_000 -> raise "16 MiB did not arrive in 300 s at #{loss} loss"
+      end
+
+    {:ok, stats} = RakNet.Connection.info(conn)
+    RakNet.Connection.close(conn)
+    Port.close(relay)
+    stop(server)
+    seconds = (t1 - t0) / 1_000_000
+
+    %{
+      seconds: Float.round(seconds, 3),
+      mb_per_s: Float.round(@bulk_bytes / 1_000_000 / seconds, 1),
+      datagrams_out: stats.stats.datagrams_out,
+      resends: stats.stats.resends
     }
-
-    RakNet.Server.stop(sup)
-    result
   end
 
-  defp parse(out, re),
-    do:
-      (case Regex.run(re, out) do
-         [_, v] -> String.to_integer(v)
-         _ -> nil
-       end)
+  # -- 4 and 5: raknet-load against an echoing RakNet.Server ---------------------------------
 
-  defp parse_f(out, re),
-    do:
-      (case Regex.run(re, out) do
-         [_, v] -> String.to_float(v)
-         _ -> nil
-       end)
+  def load(args) do
+    server = server(echo: true)
+    {beam0, rust0} = {:erlang.memory(:total), RakNet.native_memory()}
 
-  # utime + stime of this OS process, in clock ticks (100 per second on Linux).
-  defp cpu_ticks do
-    fields =
-      "/proc/self/stat" |> File.read!() |> String.split(") ") |> List.last() |> String.split()
+    port =
+      Port.open({:spawn_executable, Path.join(@bin, "raknet-load")}, [
+        :binary,
+        :exit_status,
+        :stderr_to_stdout,
+        args: ["--port", "#{server.port}" | args]
+      ])
 
-    String.to_integer(Enum.at(fields, 11)) + String.to_integer(Enum.at(fields, 12))
+    {:os_pid, load_pid} = Port.info(port, :os_pid)
+    {:ok, timer} = :timer.send_interval(250, :sample)
+    {out, samples} = collect(port, server.sup, load_pid, "", [])
+    :timer.cancel(timer)
+    flush_samples()
+    stop(server)
+
+    # The steady state: the samples taken while (nearly) every connection of the run was up.
+    peak = samples |> Enum.map(& &1.connections) |> Enum.max(fn -> 0 end)
+    steady = samples |> Enum.filter(&(&1.connections >= peak * 0.98)) |> Enum.sort_by(& &1.t)
+    connections = num(out, ~r/connections\s+(\d+) ok/)
+
+    {cpu, load_cpu} =
+      case steady do
+        [first, _ | _] ->
+          last = List.last(steady)
+          ms = max(last.t - first.t, 1)
+          {(last.cpu - first.cpu) * 10 / ms, (last.load_cpu - first.load_cpu) * 10 / ms}
+
+        _ ->
+          {nil, nil}
+      end
+
+    per_conn = fn key, base ->
+      case steady do
+        [] -> nil
+        _ -> div(max(median(Enum.map(steady, &Map.fetch!(&1, key))) - base, 0), max(peak, 1))
+      end
+    end
+
+    %{
+      connections: connections,
+      out_per_s: num(out, ~r/sent\s+\d+ messages \((\d+)\/s/),
+      in_per_s: num(out, ~r/received\s+\d+ messages \((\d+)\/s/),
+      p50_ms: num(out, ~r/p50 ([\d.]+) ms/),
+      p99_ms: num(out, ~r/p99 ([\d.]+) ms/),
+      unanswered: num(out, ~r/unanswered\s+(\d+)/),
+      server_cpu_share_of_one_core: cpu && Float.round(cpu, 2),
+      load_tester_cpu_share_of_one_core: load_cpu && Float.round(load_cpu, 2),
+      bytes_per_connection_beam: per_conn.(:beam, beam0),
+      bytes_per_connection_rust: per_conn.(:rust, rust0)
+    }
   end
 
-  defp rss_kb do
-    "/proc/self/status"
-    |> File.read!()
-    |> then(&Regex.run(~r/VmRSS:\s+(\d+)/, &1))
-    |> List.last()
-    |> String.to_integer()
+  # Reads the load tester's output until it exits, sampling the server every 250 ms.
+  defp collect(port, sup, load_pid, out, samples) do
+    receive do
+      {^port, {:data, data}} ->
+        collect(port, sup, load_pid, out <> data, samples)
+
+      {^port, {:exit_status, 0}} ->
+        {out, samples}
+
+      {^port, {:exit_status, status}} ->
+        raise "raknet-load exited with #{status}:\n#{out}"
+
+      :sample ->
+        sample = %{
+          t: System.monotonic_time(:millisecond),
+          connections: RakNet.Server.info(sup).connections,
+          cpu: cpu_ticks(System.pid()),
+          load_cpu: cpu_ticks(load_pid),
+          beam: :erlang.memory(:total),
+          rust: RakNet.native_memory()
+        }
+
+        collect(port, sup, load_pid, out, [sample | samples])
+    end
+  end
+
+  defp flush_samples do
+    receive do
+      :sample -> flush_samples()
+    after
+      0 -> :ok
+    end
+  end
+
+  # utime + stime of an OS process, in clock ticks (100 per second on Linux); 0 once it is gone.
+  defp cpu_ticks(pid) do
+    case File.read("/proc/#{pid}/stat") do
+      {:ok, stat} ->
+        fields = stat |> String.split(") ") |> List.last() |> String.split()
+        String.to_integer(Enum.at(fields, 11)) + String.to_integer(Enum.at(fields, 12))
+
+      {:error, _} ->
+        0
+    end
+  end
+
+  # -- Output ---------------------------------------------------------------------------------
+
+  defp num(out, re) do
+    case Regex.run(re, out) do
+      [_, v] -> if String.contains?(v, "."), do: flt(v), else: int(v)
+      _ -> nil
+    end
+  end
+
+  defp int(v), do: String.to_integer(v)
+  defp flt(v), do: String.to_float(v)
+
+  def fmt(nil), do: "-"
+  def fmt(x) when is_float(x) and x >= 100, do: fmt(round(x))
+  def fmt(x) when is_float(x), do: :erlang.float_to_binary(x, decimals: 2)
+
+  def fmt(x) when is_integer(x),
+    do:
+      x
+      |> Integer.to_string()
+      |> String.reverse()
+      |> String.replace(~r/(\d{3})(?=\d)/, "\\1,")
+      |> String.reverse()
+
+  def ratio(_, nil), do: nil
+  def ratio(_, 0), do: nil
+  def ratio(nil, _), do: nil
+  def ratio(a, b), do: Float.round(a / b, 2)
+
+  def table(rows) do
+    widths =
+      Enum.reduce(rows, [0, 0, 0, 0], fn row, ws ->
+        Enum.zip_with(row, ws, &max(String.length(&1), &2))
+      end)
+
+    line = fn row ->
+      row
+      |> Enum.zip(widths)
+      |> Enum.map_join(" | ", fn {cell, w} -> String.pad_trailing(cell, w) end)
+    end
+
+    [header | body] = rows
+    sep = Enum.map_join(widths, "-|-", &String.duplicate("-", &1))
+    Enum.join([line.(header), sep | Enum.map(body, line)], "\n")
   end
 
   def json(value) when is_map(value),
@@ -197,50 +431,166 @@ defmodule Bench do
   def json(value), do: to_string(value)
 end
 
-IO.puts("== make bench: Elixir scenarios (RakNet.Server in this VM, loopback) ==")
-one_way = Bench.median(for _ <- 1..3, do: Bench.throughput(false))
-echo = Bench.median(for _ <- 1..3, do: Bench.throughput(true))
+Logger.configure(level: :warning)
+started = System.monotonic_time(:second)
+n = Bench.runs()
 
-IO.puts(
-  "1. one connection, 64 B reliable_ordered into a RakNet.Client handler: #{round(one_way)} msg/s one way, #{round(echo)} msg/s echoed (median of 3)"
-)
+IO.puts("== make bench on #{System.schedulers_online()} cores, OTP #{System.otp_release()} ==")
+IO.puts("-- Rust: codec, engine over the simulator, raw UDP (the physical limit)")
+codec = Bench.codec()
+engine = Bench.engine()
+udp = Bench.udp()
 
-official = Bench.official()
+IO.puts("-- 1. one connection, 64 B reliable_ordered into a RakNet.Client handler (x#{n})")
+one_way = Bench.repeat(fn -> Bench.throughput(false) end)
+echo = Bench.repeat(fn -> Bench.throughput(true) end)
 
-IO.puts(
-  "2. official client -> RakNet.Server: #{official.ours} msg/s; official client -> official server: #{official.official} msg/s; ratio #{official.ratio}x"
-)
+IO.puts("-- 2. official client -> RakNet.Server, and -> official server (x#{n})")
+official = Bench.repeat(&Bench.official/0)
 
-latency = Bench.load(~w(--connections 1 --rate 1000 --size 64 --duration 5))
+IO.puts("-- 3. 16 MiB reliable_ordered through a lossy relay (x#{n})")
+bulk0 = Bench.repeat(fn -> Bench.bulk(0.0, 1) end)
+bulk5 = Enum.map(1..n, &Bench.bulk(0.05, &1))
 
-IO.puts(
-  "4. echo round trip at 1,000 msg/s: p50 #{latency.p50_ms} ms, p99 #{latency.p99_ms} ms (raw UDP: see the udp benchmark)"
-)
+IO.puts("-- 4. echo round trip at 1,000 msg/s (x#{n})")
+
+latency =
+  Bench.repeat(fn -> Bench.load(~w(--connections 1 --rate 1000 --size 64 --duration 3)) end)
+
+IO.puts("-- 5. scale: N connections x 20 msg/s of 40 B unreliable_sequenced, each echoed (x#{n})")
 
 scale =
-  for n <- [1_000, 5_000, 10_000] do
-    r =
-      Bench.load(
-        ~w(--connections #{n} --rate 20 --size 40 --reliability unreliable_sequenced --duration 8)
-      )
+  for conns <- [1_000, 5_000, 10_000] do
+    runs =
+      Bench.repeat(fn ->
+        Bench.load(
+          ~w(--connections #{conns} --rate 20 --size 40 --reliability unreliable_sequenced --duration 6)
+        )
+      end)
 
-    IO.puts(
-      "5. #{n} connections x 20 msg/s (40 B unreliable_sequenced, echoed): #{r.connections} connected, in #{r.in_per_s}/s, p99 #{r.p99_ms} ms, server CPU #{r.server_cpu_share_of_one_core} of one core, RSS +#{r.rss_kb_delta} kB"
-    )
+    keys = [
+      :connections,
+      :in_per_s,
+      :p50_ms,
+      :p99_ms,
+      :unanswered,
+      :server_cpu_share_of_one_core,
+      :load_tester_cpu_share_of_one_core,
+      :bytes_per_connection_beam,
+      :bytes_per_connection_rust
+    ]
 
-    Map.put(r, :target_connections, n)
+    Map.new(keys, &{&1, Bench.median(runs, &1)}) |> Map.put(:target_connections, conns)
   end
+
+m = &Bench.median/2
+one_way_rate = m.(one_way, :messages_per_s)
+echo_rate = m.(echo, :messages_per_s)
+ours = m.(official, :ours)
+theirs = m.(official, :official)
+lat = %{p50_us: m.(latency, :p50_ms) * 1000, p99_us: m.(latency, :p99_ms) * 1000}
+b0 = %{seconds: m.(bulk0, :seconds), mb_per_s: m.(bulk0, :mb_per_s)}
+b5 = %{seconds: m.(bulk5, :seconds), mb_per_s: m.(bulk5, :mb_per_s), resends: m.(bulk5, :resends)}
+raknet_dgrams = m.(one_way, :client_datagrams_out_per_s)
+f = &Bench.fmt/1
+x = fn r -> if r, do: "#{Bench.fmt(r)}x", else: "-" end
+
+rows =
+  [
+    ["scenario", "measured (median of #{n})", "goal", "compared in the same run"],
+    [
+      "1. one connection, 64 B reliable_ordered, one way",
+      "#{f.(one_way_rate)} msg/s",
+      ">= 500,000 msg/s",
+      "#{x.(Bench.ratio(one_way_rate, 500_000))} the goal"
+    ],
+    ["1. the same, echoed back to the client", "#{f.(echo_rate)} msg/s", "", ""],
+    [
+      "2. official client -> RakNet.Server",
+      "#{f.(ours)} msg/s",
+      ">= 1.0x official",
+      "#{x.(Bench.ratio(ours, theirs))} official client -> official server (#{f.(theirs)} msg/s)"
+    ],
+    [
+      "3. 16 MiB reliable_ordered, 0 % loss (relay)",
+      "#{f.(b0.mb_per_s)} MB/s, #{f.(b0.seconds)} s",
+      "",
+      "simulator at 20 ms RTT: #{f.(Enum.at(engine.bulk_16mib_20ms_rtt_virtual, 0)[:mb_per_s])} MB/s"
+    ],
+    [
+      "3. 16 MiB reliable_ordered, 5 % loss (relay)",
+      "#{f.(b5.mb_per_s)} MB/s, #{f.(b5.seconds)} s",
+      "",
+      "#{x.(Bench.ratio(b5.mb_per_s, b0.mb_per_s))} the lossless rate; #{f.(b5.resends)} resends"
+    ],
+    [
+      "4. echo round trip at 1,000 msg/s, p50 / p99",
+      "#{f.(lat.p50_us)} / #{f.(lat.p99_us)} µs",
+      "p50 <= 100 µs",
+      "raw UDP #{f.(udp.rtt_p50_us)} / #{f.(udp.rtt_p99_us)} µs: #{x.(Bench.ratio(lat.p50_us, udp.rtt_p50_us))} at p50"
+    ]
+  ] ++
+    Enum.map(scale, fn s ->
+      [
+        "5. #{f.(s.target_connections)} connections x 20 msg/s, echoed",
+        "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core, p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms",
+        if(s.target_connections == 10_000, do: "<= 1 core", else: ""),
+        "BEAM #{f.(s.bytes_per_connection_beam)} + Rust #{f.(s.bytes_per_connection_rust)} B/conn; load tester #{f.(s.load_tester_cpu_share_of_one_core)} core; #{f.(s.unanswered)} echoes missing"
+      ]
+    end) ++
+    [
+      [
+        "6. raw loopback UDP, 64 B, one socket",
+        "#{f.(udp.datagrams_per_s)} datagrams/s",
+        "",
+        "scenario 1 client sent #{f.(raknet_dgrams)} datagrams/s: #{x.(Bench.ratio(raknet_dgrams, udp.datagrams_per_s))} of it"
+      ],
+      [
+        "codec: decode a 1,400 B datagram of 20 frames",
+        "#{f.(codec.ns_per_datagram_1400b_20_frames)} ns",
+        "",
+        ""
+      ],
+      [
+        "engine: 64 B reliable_ordered, two engines in-process",
+        "#{f.(engine.messages_per_s)} msg/s",
+        "",
+        "#{x.(Bench.ratio(one_way_rate, engine.messages_per_s))} of it reaches Elixir"
+      ]
+    ]
+
+IO.puts("\n" <> Bench.table(rows))
 
 results = %{
   date: Date.utc_today() |> Date.to_iso8601(),
-  machine: "#{System.schedulers_online()} cores, #{:erlang.system_info(:otp_release)} OTP",
-  throughput_one_way_msgs_per_s: round(one_way),
-  throughput_echo_msgs_per_s: round(echo),
-  official_comparison: official,
-  latency_1k_per_s: latency,
-  scale: scale
+  machine: %{
+    cores: System.schedulers_online(),
+    otp: System.otp_release(),
+    elixir: System.version(),
+    cpu:
+      case File.read("/proc/cpuinfo") do
+        {:ok, info} -> Regex.run(~r/model name\s*:\s*(.+)/, info) |> Enum.at(1)
+        _ -> nil
+      end
+  },
+  runs: n,
+  codec: codec,
+  engine: engine,
+  raw_udp: udp,
+  throughput_one_way: %{median: one_way_rate, runs: one_way},
+  throughput_echo: %{median: echo_rate, runs: echo},
+  official_comparison: %{
+    ours: ours,
+    official: theirs,
+    ratio: Bench.ratio(ours, theirs),
+    runs: official
+  },
+  bulk_16mib: %{loss_0: Map.put(b0, :runs, bulk0), loss_5: Map.put(b5, :runs, bulk5)},
+  latency_1k_per_s: Map.put(lat, :runs, latency),
+  scale: scale,
+  seconds: System.monotonic_time(:second) - started
 }
 
 path = Path.join([__DIR__, "results", "#{Date.utc_today()}.json"])
 File.write!(path, Bench.json(results) <> "\n")
-IO.puts("wrote #{Path.relative_to_cwd(path)}")
+IO.puts("wrote #{Path.relative_to_cwd(path)} (#{results.seconds} s)")

@@ -40,6 +40,20 @@ defmodule RakNet do
   defdelegate build_info(), to: RakNet.Native
 
   @doc """
+  Returns the bytes the native library holds right now, for every server and client endpoint
+  of this VM: protocol engines, send and receive queues, reassembly buffers. It is the native
+  counterpart of `:erlang.memory(:total)` (which does not include it); kernel socket buffers
+  are in neither.
+
+  ## Examples
+
+      iex> RakNet.native_memory() > 0
+      true
+  """
+  @spec native_memory() :: non_neg_integer()
+  defdelegate native_memory(), to: RakNet.Native
+
+  @doc """
   Connects to a RakNet server (official RakNet, Minecraft Bedrock, or a `RakNet.Server`).
 
   Options:

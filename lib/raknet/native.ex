@@ -38,6 +38,10 @@ defmodule RakNet.Native do
   @spec build_info() :: build_info()
   def build_info, do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  @spec native_memory() :: non_neg_integer()
+  def native_memory, do: :erlang.nif_error(:nif_not_loaded)
+
   # The runtime; see docs/nif-contract.md for every function and message.
 
   @doc false

@@ -6,6 +6,7 @@
 //! command and returns at once. Sockets, timers and delivery live on the endpoint threads
 //! (`driver.rs`), one per endpoint.
 
+mod alloc;
 mod atoms;
 mod command;
 mod convert;
@@ -23,6 +24,9 @@ use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term
 
 use crate::command::Command;
 use crate::resource::{ConnResource, EndpointResource};
+
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 /// Socket buffers requested for every endpoint (the kernel may cap them at rmem_max).
 const SOCKET_BUFFER: usize = 8 << 20;
@@ -55,6 +59,13 @@ fn build_info(env: Env<'_>) -> NifResult<Term<'_>> {
     ];
     // Fails only on duplicate keys, which the fixed atoms above rule out.
     Term::map_from_pairs(env, &pairs)
+}
+
+/// Bytes the library's Rust code holds right now: engines, queues, buffers, for every
+/// endpoint. (Socket buffers live in the kernel and are not counted.)
+#[rustler::nif]
+fn native_memory() -> usize {
+    alloc::live_bytes()
 }
 
 fn error<'a>(env: Env<'a>, reason: impl Encoder) -> Term<'a> {
