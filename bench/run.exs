@@ -18,8 +18,11 @@ end
 defimpl RakNet.Client, for: Bench.Handler do
   def new(h, connection, opts), do: %{h | connection: connection, opts: opts}
 
-  def receive(h, 0x87, _buffer, _transit),
-    do: :ets.insert(h.opts.marks, {:marker, System.monotonic_time(:microsecond)})
+  # The official sender's end-of-run marker: note the time and hang up, which ends the sender.
+  def receive(h, 0x87, _buffer, _transit) do
+    :ets.insert(h.opts.marks, {:marker, System.monotonic_time(:microsecond)})
+    RakNet.Connection.close(h.connection)
+  end
 
   def receive(h, 0x88, buffer, _transit),
     do: send(h.opts.notify, {:bulk, byte_size(buffer) + 1, System.monotonic_time(:microsecond)})
