@@ -410,12 +410,7 @@ impl Driver {
                 mtu,
             } => match role {
                 Role::Server => {
-                    let limits = &self.endpoint.config().limits;
-                    let res = ResourceArc::new(ConnResource::new(
-                        self.me.tx.clone(),
-                        limits.max_send_queue_bytes,
-                        limits.max_message_bytes,
-                    ));
+                    let res = ResourceArc::new(self.me.new_conn());
                     self.keys.insert(res.key, conn);
                     let mut slot = Slot::new(res.clone(), None, Role::Server);
                     slot.connected = true;

@@ -237,6 +237,8 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
         guid: endpoint.guid(),
         dual_stack: options.dual_stack,
         buffers,
+        max_send_bytes: endpoint.config().limits.max_send_queue_bytes,
+        max_message_bytes: endpoint.config().limits.max_message_bytes,
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();
@@ -342,12 +344,7 @@ fn endpoint_connect<'a>(
         Ok(addr) => addr,
         Err(reason) => return error(env, reason),
     };
-    let limits = raknet_proto::Limits::default();
-    let conn = ResourceArc::new(ConnResource::new(
-        endpoint.tx.clone(),
-        limits.max_send_queue_bytes,
-        limits.max_message_bytes,
-    ));
+    let conn = ResourceArc::new(endpoint.new_conn());
     *conn.monitor.lock().unwrap_or_else(|p| p.into_inner()) = env.monitor(&conn, &owner);
     if endpoint
         .tx

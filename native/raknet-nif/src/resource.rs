@@ -21,9 +21,17 @@ pub(crate) struct EndpointResource {
     /// Socket buffer sizes the kernel actually granted (it caps requests at
     /// net.core.rmem_max / wmem_max).
     pub(crate) buffers: (usize, usize),
+    /// The engine's limits that `conn_send` checks before enqueueing.
+    pub(crate) max_send_bytes: usize,
+    pub(crate) max_message_bytes: usize,
 }
 
 impl EndpointResource {
+    /// A handle for a new connection of this endpoint (accepted or connecting out).
+    pub(crate) fn new_conn(&self) -> ConnResource {
+        ConnResource::new(self.tx.clone(), self.max_send_bytes, self.max_message_bytes)
+    }
+
     /// Whether this endpoint's socket can send to `ip`.
     pub(crate) fn reaches(&self, ip: std::net::IpAddr) -> bool {
         self.dual_stack || ip.is_ipv4() == self.local.is_ipv4()
@@ -64,11 +72,7 @@ pub(crate) struct ConnResource {
 }
 
 impl ConnResource {
-    pub(crate) fn new(
-        tx: UnboundedSender<Command>,
-        max_send_bytes: usize,
-        max_message_bytes: usize,
-    ) -> Self {
+    fn new(tx: UnboundedSender<Command>, max_send_bytes: usize, max_message_bytes: usize) -> Self {
         Self {
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             tx,

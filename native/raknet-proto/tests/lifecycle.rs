@@ -20,14 +20,30 @@ fn link() -> LinkConfig {
     LinkConfig::default().with_delay(Duration::from_millis(10))
 }
 
-#[test]
-fn client_close_notifies_the_server() {
-    let mut p = Pair::new(
-        1,
+/// Two default endpoints over a 10 ms link.
+fn pair(seed: u64) -> Pair {
+    Pair::new(
+        seed,
         EndpointConfig::default(),
         EndpointConfig::default(),
         link(),
-    );
+    )
+}
+
+/// A link that loses everything: the wire is cut.
+fn dead_link(seed: u64) -> raknet_netsim::Link {
+    raknet_netsim::Link::new(
+        LinkConfig {
+            loss: 1.0,
+            ..LinkConfig::default()
+        },
+        seed,
+    )
+}
+
+#[test]
+fn client_close_notifies_the_server() {
+    let mut p = pair(1);
     let (c, _) = p.connect();
     p.client
         .send(
@@ -69,12 +85,7 @@ fn client_close_notifies_the_server() {
 
 #[test]
 fn server_shutdown_notifies_clients() {
-    let mut p = Pair::new(
-        2,
-        EndpointConfig::default(),
-        EndpointConfig::default(),
-        link(),
-    );
+    let mut p = pair(2);
     p.connect();
     p.server.shutdown(p.now);
     assert!(
@@ -88,29 +99,12 @@ fn server_shutdown_notifies_clients() {
 
 #[test]
 fn silent_peer_times_out_on_both_sides() {
-    let mut p = Pair::new(
-        3,
-        EndpointConfig::default(),
-        EndpointConfig::default(),
-        link(),
-    );
+    let mut p = pair(3);
     p.connect();
     let cut = p.now;
     // Cut the wire both ways.
-    p.c2s = raknet_netsim::Link::new(
-        LinkConfig {
-            loss: 1.0,
-            ..LinkConfig::default()
-        },
-        1,
-    );
-    p.s2c = raknet_netsim::Link::new(
-        LinkConfig {
-            loss: 1.0,
-            ..LinkConfig::default()
-        },
-        2,
-    );
+    p.c2s = dead_link(1);
+    p.s2c = dead_link(2);
     assert!(
         p.drive_until(Duration::from_secs(30), |p| reason(&p.client_events)
             .is_some()
@@ -127,12 +121,7 @@ fn silent_peer_times_out_on_both_sides() {
 
 #[test]
 fn keepalive_pings_keep_an_idle_connection_up() {
-    let mut p = Pair::new(
-        4,
-        EndpointConfig::default(),
-        EndpointConfig::default(),
-        link(),
-    );
+    let mut p = pair(4);
     let (c, _) = p.connect();
     p.drive_until(Duration::from_secs(60), |_| false);
     assert!(reason(&p.client_events).is_none() && reason(&p.server_events).is_none());
@@ -216,20 +205,9 @@ fn datagram_timestamp_variant_interoperates_with_itself() {
 
 #[test]
 fn unreliable_receipts_report_loss_when_the_link_drops_everything() {
-    let mut p = Pair::new(
-        7,
-        EndpointConfig::default(),
-        EndpointConfig::default(),
-        link(),
-    );
+    let mut p = pair(7);
     let (c, _) = p.connect();
-    p.c2s = raknet_netsim::Link::new(
-        LinkConfig {
-            loss: 1.0,
-            ..LinkConfig::default()
-        },
-        9,
-    );
+    p.c2s = dead_link(9);
     let r = p
         .client
         .send(
@@ -252,20 +230,9 @@ fn unreliable_receipts_report_loss_when_the_link_drops_everything() {
 
 #[test]
 fn pending_receipts_are_lost_when_the_connection_closes() {
-    let mut p = Pair::new(
-        8,
-        EndpointConfig::default(),
-        EndpointConfig::default(),
-        link(),
-    );
+    let mut p = pair(8);
     let (c, _) = p.connect();
-    p.c2s = raknet_netsim::Link::new(
-        LinkConfig {
-            loss: 1.0,
-            ..LinkConfig::default()
-        },
-        9,
-    );
+    p.c2s = dead_link(9);
     let r = p
         .client
         .send(

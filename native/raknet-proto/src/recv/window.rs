@@ -259,22 +259,17 @@ impl AckRepeats {
     }
 }
 
-/// Sort ranges and merge those that overlap or touch. Ranges never cross the 2^24 wrap, so
-/// plain numeric order is right.
+/// Sort ranges and merge those that overlap or touch, in place. Ranges never cross the 2^24
+/// wrap, so plain numeric order is right.
 fn merge(ranges: &mut Vec<AckRange>) {
     ranges.sort_unstable_by_key(|r| r.start.get());
-    let mut out: Vec<AckRange> = Vec::with_capacity(ranges.len());
-    for r in ranges.drain(..) {
-        match out.last_mut() {
-            Some(last) if r.start.get() <= last.end.get().saturating_add(1) => {
-                if r.end.get() > last.end.get() {
-                    last.end = r.end;
-                }
-            }
-            _ => out.push(r),
+    ranges.dedup_by(|next, kept| {
+        let touches = next.start.get() <= kept.end.get().saturating_add(1);
+        if touches && next.end.get() > kept.end.get() {
+            kept.end = next.end;
         }
-    }
-    *ranges = out;
+        touches
+    });
 }
 
 #[cfg(test)]

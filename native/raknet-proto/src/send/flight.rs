@@ -318,14 +318,10 @@ impl Flight {
 
     /// When the oldest unresolved datagram expires.
     pub(crate) fn next_expiry(&self, rto: Duration) -> Option<Instant> {
-        debug_assert!(self
-            .unresolved_from
-            .checked_sub(1)
-            .is_none_or(|i| self.records[i].resolved));
-        self.records
-            .range(self.unresolved_from..)
-            .find(|r| !r.resolved)
-            .map(|r| r.sent_at + rto)
+        // `pop_resolved` (run after every change) leaves the cursor on an unresolved record.
+        let first = self.records.get(self.unresolved_from)?;
+        debug_assert!(!first.resolved);
+        Some(first.sent_at + rto)
     }
 
     /// Report every outstanding receipt as lost and forget everything (on close).
