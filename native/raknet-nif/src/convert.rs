@@ -46,6 +46,12 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
     let guid: Option<u64> = get(map, "guid")?;
     let offline: rustler::Binary = get(map, "offline_ping_response")?;
     let max_connections: usize = get(map, "max_connections")?;
+    // Optional keys: absent (or nil) keeps the engine's default.
+    let advertised_ip = match get::<Option<String>>(map, "advertised_ip") {
+        Ok(Some(text)) => Some(text.parse::<IpAddr>().map_err(|_| "advertised_ip")?),
+        _ => None,
+    };
+    let strip_timestamps = get::<bool>(map, "strip_timestamps").unwrap_or(true);
     let config = EndpointConfig {
         rng_seed: seed(),
         guid,
@@ -60,6 +66,8 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         use_cookies: get(map, "use_cookies")?,
         internal_addresses: get(map, "max_number_of_internal_ids")?,
         datagram_timestamps: get(map, "include_timestamp_with_datagrams")?,
+        advertised_ip,
+        strip_timestamps,
         timeout: Duration::from_millis(timeout_ms.max(100)),
         offline_ping_response: bytes::Bytes::copy_from_slice(offline.as_slice()),
         limits: Limits {

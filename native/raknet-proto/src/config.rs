@@ -102,6 +102,16 @@ pub struct EndpointConfig {
     /// Put the 4-byte timestamp after the flag byte of data and ACK datagrams (official's
     /// UDT build, used by X-Plane's client). Both peers must agree. Default `false`.
     pub datagram_timestamps: bool,
+    /// The server's own address as its clients see it, written first among the internal
+    /// addresses of 0x10 ConnectionRequestAccepted (with the bound port). `None` writes the
+    /// bound address (`0.0.0.0` on a socket that binds every interface). X-Plane's `:host`.
+    /// Default `None`.
+    pub advertised_ip: Option<std::net::IpAddr>,
+    /// Strip an `ID_TIMESTAMP` (0x1B) prefix from received messages and turn its stamp into
+    /// the message's transit time (official RakNet rewrites the stamp instead). `false`
+    /// delivers such messages unchanged (type 0x1B, the peer's 8-byte stamp, then the inner
+    /// message), as X-Plane's library does. Default `true`.
+    pub strip_timestamps: bool,
     /// Close a connection after this long without receiving anything. Default 10 s.
     pub timeout: Duration,
     /// Give up a handshake after this long. Default 10 s.
@@ -145,6 +155,8 @@ impl Default for EndpointConfig {
             use_cookies: false,
             internal_addresses: 10,
             datagram_timestamps: false,
+            advertised_ip: None,
+            strip_timestamps: true,
             timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             ping_interval: Duration::from_secs(5),

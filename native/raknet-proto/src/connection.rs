@@ -845,19 +845,24 @@ impl Connection {
     fn internal_addresses(&self, n: usize) -> Vec<std::net::SocketAddr> {
         let mut v = Vec::with_capacity(n);
         if n > 0 {
-            v.push(self.local_addr);
+            let ip = self.config.advertised_ip.unwrap_or(self.local_addr.ip());
+            v.push(std::net::SocketAddr::new(ip, self.local_addr.port()));
         }
         v.resize(n, addr::UNASSIGNED);
         v
     }
 
-    /// Strip an ID_TIMESTAMP prefix and compute the message's transit time.
+    /// Strip an ID_TIMESTAMP prefix (unless configured not to) and compute the message's
+    /// transit time.
     fn transit(&self, now_ms: u64, payload: Bytes) -> (Bytes, Duration) {
         let estimate = || {
             self.clock
                 .lowest_ping()
                 .map_or(self.rtt.srtt() / 2, |p| Duration::from_millis(p / 2))
         };
+        if !self.config.strip_timestamps {
+            return (payload, estimate());
+        }
         match Timestamped::split(&payload) {
             Some(ts) => {
                 let transit = match self.clock.to_local(ts.time) {

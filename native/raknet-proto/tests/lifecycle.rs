@@ -135,28 +135,27 @@ fn keepalive_pings_keep_an_idle_connection_up() {
     );
 }
 
-#[test]
-fn timestamped_messages_get_a_transit_time_in_local_clock() {
+/// The client sends `0x1B <its clock> 0x87 "hi"` over a 25 ms link to a server configured
+/// with `server`; returns the payload and transit time the server delivers.
+fn deliver_timestamped(server: EndpointConfig) -> (Bytes, Duration, Bytes) {
     let link = LinkConfig::default().with_delay(Duration::from_millis(25));
-    let mut p = Pair::new(
-        5,
-        EndpointConfig::default(),
-        EndpointConfig::default(),
-        link,
-    );
+    let mut p = Pair::new(5, server, EndpointConfig::default(), link);
     let (c, _) = p.connect();
     p.drive_until(Duration::from_secs(6), |_| false);
     // The client stamps its own clock (ms since its endpoint started).
     let client_ms = (p.now - p.start).as_millis() as u64;
-    let msg = Timestamped {
-        time: client_ms,
-        message: Bytes::from_static(b"\x87hi"),
-    };
+    let sent = Bytes::from(
+        Timestamped {
+            time: client_ms,
+            message: Bytes::from_static(b"\x87hi"),
+        }
+        .to_vec(),
+    );
     p.client
         .send(
             p.now,
             c,
-            Bytes::from(msg.to_vec()),
+            sent.clone(),
             SendOptions::new(Reliability::ReliableOrdered),
         )
         .unwrap();
@@ -174,7 +173,28 @@ fn timestamped_messages_get_a_transit_time_in_local_clock() {
             _ => None,
         })
         .unwrap();
+    (payload, transit, sent)
+}
+
+#[test]
+fn timestamped_messages_get_a_transit_time_in_local_clock() {
+    let (payload, transit, _) = deliver_timestamped(EndpointConfig::default());
     assert_eq!(&payload[..], b"\x87hi", "the timestamp prefix is stripped");
+    assert!(
+        transit >= Duration::from_millis(20) && transit <= Duration::from_millis(30),
+        "{transit:?}"
+    );
+}
+
+/// X-Plane's library delivers ID_TIMESTAMP messages as they came: type 0x1B, the peer's
+/// stamp, then the inner message; the transit time is then the RTT estimate.
+#[test]
+fn timestamped_messages_arrive_unchanged_when_not_stripped() {
+    let (payload, transit, sent) = deliver_timestamped(EndpointConfig {
+        strip_timestamps: false,
+        ..EndpointConfig::default()
+    });
+    assert_eq!(payload, sent);
     assert!(
         transit >= Duration::from_millis(20) && transit <= Duration::from_millis(30),
         "{transit:?}"

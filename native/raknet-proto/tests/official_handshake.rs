@@ -234,3 +234,43 @@ fn client_role_speaks_to_an_official_server_like_official_does() {
     assert_eq!(data[0].1, expected);
     assert!(c.ep.is_connected(id));
 }
+
+/// X-Plane's `:host`: a server bound to every interface writes the address its clients see
+/// first among the internal addresses of 0x10, with the bound port.
+#[test]
+fn server_writes_its_advertised_address_first_in_accepted() {
+    let advertised = |ip: Option<&str>| {
+        let config = EndpointConfig {
+            protocol_versions: vec![6],
+            advertised_ip: ip.map(|ip| ip.parse().unwrap()),
+            ..EndpointConfig::default()
+        };
+        let mut s = Peer::new(config, "0.0.0.0:29001");
+        let client: SocketAddr = "127.0.0.1:29050".parse().unwrap();
+        s.feed(client, hex(&format!("05 {MAGIC} 06 {}", "00".repeat(530))));
+        s.feed(
+            client,
+            hex(&format!("07 {MAGIC} 0480fffffe7149 0240 1122334455667788")),
+        );
+        s.out();
+        s.feed(
+            client,
+            hex("84 000000 | 40 0090 000000 | 09 1122334455667788 0000000000000064 00"),
+        );
+        let accepted = s
+            .out()
+            .iter()
+            .filter(|(_, d)| d[0] & 0xc0 == 0x80)
+            .flat_map(|(_, d)| frames(d))
+            .find(|f| f.payload[0] == message::id::CONNECTION_REQUEST_ACCEPTED)
+            .expect("0x10 sent");
+        let msg = ConnectionRequestAccepted::decode(&mut accepted.payload.clone()).unwrap();
+        assert_eq!(msg.internal_addresses.len(), 10);
+        msg.internal_addresses[0]
+    };
+    assert_eq!(
+        advertised(Some("127.0.0.1")),
+        "127.0.0.1:29001".parse().unwrap()
+    );
+    assert_eq!(advertised(None), "0.0.0.0:29001".parse().unwrap());
+}
