@@ -74,7 +74,7 @@ defmodule Bench do
 
     {:ok, sup} =
       RakNet.Server.start_link(Bench.Handler, 0,
-        host: "127.0.0.1",
+        ip: "127.0.0.1",
         open_ipv6_socket: false,
         max_connections: 20_000,
         client_data: client_data

@@ -29,7 +29,7 @@ port = System.argv() |> List.first("19134") |> String.to_integer()
 {:ok, _} = Registry.start_link(keys: :duplicate, name: ChatServer.Players)
 
 {:ok, server} =
-  RakNet.Server.start_link(ChatServer.Player, port, host: "127.0.0.1", open_ipv6_socket: false)
+  RakNet.Server.start_link(ChatServer.Player, port, ip: "127.0.0.1", open_ipv6_socket: false)
 
 IO.puts("raknet chat server on udp 127.0.0.1:#{RakNet.Server.info(server).ipv4_port}")
 

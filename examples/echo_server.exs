@@ -66,9 +66,9 @@ host6 = System.get_env("HOST6", "::1")
 
 {:ok, server} =
   RakNet.Server.start_link(EchoServer.Player, port,
-    host: host,
+    ip: host,
     open_ipv6_socket: true,
-    ipv6_host: host6,
+    ipv6_ip: host6,
     ipv6_port: port + 1,
     offline_ping_response: EchoServer.Motd.motd(0)
   )

@@ -9,6 +9,8 @@ defmodule RakNet.DocTest do
   doctest RakNet.Ping
   doctest RakNet.ReliabilityLayer.Reliability
   doctest RakNet.Server.Config
+  doctest RakNet.Message
+  doctest RakNet.Server, only: [timestamp: 1, make_unique_id: 0]
 end
 
 defmodule RakNet.NativeMemoryTest do
@@ -18,7 +20,7 @@ defmodule RakNet.NativeMemoryTest do
   test "native_memory/0 counts what the engines hold for connections" do
     {:ok, server} =
       RakNet.Server.start_link(RakNet.Test.EchoClient, 0,
-        host: "127.0.0.1",
+        ip: "127.0.0.1",
         open_ipv6_socket: false,
         client_data: self()
       )

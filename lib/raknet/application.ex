@@ -7,6 +7,7 @@ defmodule RakNet.Application do
   @impl Application
   def start(_type, _args) do
     children = [
+      RakNet.Connection.Registry,
       RakNet.ClientEndpoint,
       {DynamicSupervisor, name: RakNet.ClientSupervisor, strategy: :one_for_one}
     ]

@@ -14,16 +14,14 @@ defmodule RakNet.Connection do
       {:ok, nil} = RakNet.Connection.send(connection, :unreliable_sequenced, data, channel: 3, priority: :low)
 
   `connection` is the pid given to `RakNet.Client.new/3`, or the connection handle from
-  `conn_ref/1` (or `RakNet.connect/3` without `:client`):
+  `conn_ref/1` (or `RakNet.connect/3` without `:client`). Both go straight to the runtime from
+  any process: with a pid, `send/3` looks the handle up in a table (ETS) instead of asking the
+  connection process, so it never waits on that process and never deadlocks, also when two
+  connection processes send to each other or a zone process broadcasts to hundreds of
+  players. Fetching the handle once with `conn_ref/1` saves that look-up:
 
-    * with the pid, `send/3` asks the connection process for its handle (one
-      `GenServer.call`) and then hands the message to the runtime itself; inside the
-      connection's own callbacks (a `RakNet.Client` answering) there is no call at all;
-    * with the handle, `send/3` goes straight to the runtime: no process hop, from any
-      process. A process that sends a lot to one connection fetches the handle once:
-
-          {:ok, conn} = RakNet.Connection.conn_ref(connection)
-          RakNet.Connection.send(conn, :unreliable_sequenced, position_update)
+      {:ok, conn} = RakNet.Connection.conn_ref(connection)
+      RakNet.Connection.send(conn, :unreliable_sequenced, position_update)
 
   Either way the message is queued on the runtime's thread and `send/3` returns at once.
 
@@ -37,6 +35,14 @@ defmodule RakNet.Connection do
   connection is closed with a disconnection notification to the peer). It traps exits, so a
   supervisor shutdown runs `RakNet.Client.disconnect/1` and closes the connection cleanly; a
   linked process that exits normally is ignored, one that crashes takes the connection down.
+
+  When the connection ends, the process exits with `{:shutdown, reason}` (`reason` as in
+  `RakNet.Client`'s optional `disconnect/2`: `:peer_closed`, `:timeout`, `:local_close`, ...),
+  after your `disconnect` callback ran. Processes your `new/3` linked to it (a per-player
+  GenServer started with `start_link`, say) therefore end with it, as in X-Plane's library,
+  and a process that traps exits sees the reason in its `{:EXIT, pid, {:shutdown, reason}}`.
+  `stop/1` ends it with `:shutdown`.
+
   Flow control: it confirms the messages it handled to the runtime in batches (when its
   mailbox is empty, at least every 256 messages); see `:max_pending_deliveries` in
   `RakNet.Server.Config`.
@@ -126,7 +132,8 @@ defmodule RakNet.Connection do
   end
 
   # Inside the connection process itself (a RakNet.Client callback answering), the handle is
-  # in the process dictionary: no call to self.
+  # in the process dictionary; any other process reads the registry. Neither asks the
+  # connection process anything, so no send can wait on it or deadlock.
   defp handle(pid) when pid == self() do
     case Process.get(:raknet_conn) do
       nil -> conn_ref(pid)
@@ -137,16 +144,41 @@ defmodule RakNet.Connection do
   defp handle(pid), do: conn_ref(pid)
 
   @doc """
-  The connection's handle, for `send/3` without the process hop; `{:error, :closed}` when
-  the process is gone.
+  The connection's handle, for `send/3` without the table look-up; `{:error, :closed}` when
+  the process is gone. It never calls the connection process, so it also works inside the
+  connection's own callbacks.
 
       {:ok, conn} = RakNet.Connection.conn_ref(connection_pid)
   """
   @spec conn_ref(pid()) :: {:ok, reference()} | {:error, :closed}
   def conn_ref(pid) when is_pid(pid) do
-    GenServer.call(pid, :conn_ref)
+    case RakNet.Connection.Registry.lookup(pid) do
+      {:ok, conn} -> {:ok, conn}
+      :error -> {:error, :closed}
+    end
+  end
+
+  @doc """
+  Stops the connection process, as X-Plane's `RakNet.Connection.stop/1` does: the process
+  exits with `:shutdown`, running `RakNet.Client.disconnect/1` (or `disconnect/2` with
+  `:shutdown`) first, and the peer gets a disconnection notification. With a handle (a raw
+  connection of `RakNet.connect/3`) it closes the connection. Stopping a connection that has
+  ended is `:ok`.
+
+      :ok = RakNet.Connection.stop(connection_pid)
+  """
+  @spec stop(t()) :: :ok
+  def stop(conn) when is_reference(conn), do: Native.conn_close(conn)
+
+  def stop(pid) when pid == self() do
+    # From inside a callback: GenServer.stop/2 on oneself would deadlock, an exit does not.
+    exit(:shutdown)
+  end
+
+  def stop(pid) when is_pid(pid) do
+    GenServer.stop(pid, :shutdown)
   catch
-    :exit, _ -> {:error, :closed}
+    :exit, _ -> :ok
   end
 
   @doc """
@@ -192,6 +224,7 @@ defmodule RakNet.Connection do
     case Native.conn_set_owner(conn, self()) do
       :ok ->
         Process.put(:raknet_conn, conn)
+        RakNet.Connection.Registry.register(conn)
         # new/3 runs in handle_continue, not here: the server's listener waits for init to
         # return, so a new/3 that calls the server (to update the MOTD, say) would deadlock.
         {:ok, %{conn: conn, client: nil, delivered: 0, waiting: nil},
@@ -208,6 +241,7 @@ defmodule RakNet.Connection do
     case Native.endpoint_connect(endpoint, host, port, self()) do
       {:ok, conn} ->
         Process.put(:raknet_conn, conn)
+        RakNet.Connection.Registry.register(conn)
 
         {:ok,
          %{
@@ -230,8 +264,6 @@ defmodule RakNet.Connection do
   end
 
   @impl GenServer
-  def handle_call(:conn_ref, _from, state), do: {:reply, {:ok, state.conn}, state}
-
   # Client role: answer once the handshake has an outcome.
   def handle_call(:await_connected, from, %{result: nil} = state),
     do: {:noreply, %{state | waiting: from}}
@@ -261,7 +293,8 @@ defmodule RakNet.Connection do
 
   def handle_info({:raknet_disconnect, conn, reason}, %{conn: conn} = state) do
     disconnect(state.client, reason)
-    {:stop, :normal, %{state | client: nil}}
+    # Not :normal: processes linked to this one (started by new/3) end with the connection.
+    {:stop, {:shutdown, reason}, %{state | client: nil}}
   end
 
   def handle_info(
@@ -276,7 +309,7 @@ defmodule RakNet.Connection do
 
   def handle_info({:raknet_connect_failed, conn, reason}, %{conn: conn} = state) do
     if state.waiting, do: GenServer.reply(state.waiting, {:error, reason})
-    {:stop, :normal, %{state | result: {:error, reason}}}
+    {:stop, {:shutdown, reason}, %{state | result: {:error, reason}}}
   end
 
   # Exits are trapped only so that terminate/2 runs on a supervisor's shutdown (the parent's
@@ -300,6 +333,7 @@ defmodule RakNet.Connection do
       end
     end
 
+    RakNet.Connection.Registry.unregister()
     Native.conn_close(conn)
   end
 

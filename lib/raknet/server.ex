@@ -44,7 +44,7 @@ defmodule RakNet.Server do
   not a `RakNet.Client` struct; returns `{:error, reason}` when a socket cannot be opened
   (`:eaddrinuse`, `:eacces`, `:eaddrnotavail`).
 
-      {:ok, server} = RakNet.Server.start_link(MyGame.Player, 0, host: "127.0.0.1")
+      {:ok, server} = RakNet.Server.start_link(MyGame.Player, 0, ip: "127.0.0.1")
       %{ipv4_port: port} = RakNet.Server.info(server)
   """
   @spec start_link(module(), :inet.port_number(), [Config.option()]) :: Supervisor.on_start()
@@ -105,6 +105,28 @@ defmodule RakNet.Server do
     do: GenServer.call(listener(server), {:set_offline_ping_response, data})
 
   @doc """
+  The current Unix time in milliseconds, minus `offset`; X-Plane's `RakNet.Server.timestamp/1`.
+
+      iex> RakNet.Server.timestamp() > 1_600_000_000_000
+      true
+      iex> base = RakNet.Server.timestamp()
+      iex> RakNet.Server.timestamp(base) in 0..1_000
+      true
+  """
+  @spec timestamp(integer()) :: integer()
+  def timestamp(offset \\ 0), do: System.os_time(:millisecond) - offset
+
+  @doc """
+  A 64-bit unique id, as X-Plane's `RakNet.Server.make_unique_id/0` makes server identifiers:
+  48 bits of `timestamp/0` and 16 random bits.
+
+      iex> byte_size(RakNet.Server.make_unique_id())
+      8
+  """
+  @spec make_unique_id() :: <<_::64>>
+  def make_unique_id, do: <<timestamp()::size(48), :rand.uniform(65_536) - 1::size(16)>>
+
+  @doc """
   Stops the server gracefully: every connected client gets a disconnection notification (the
   server waits up to 3 s for their acknowledgements) and every connection's
   `RakNet.Client.disconnect/1` runs. A server under your own supervisor stops with it the same
@@ -150,6 +172,7 @@ defmodule RakNet.Server.Listener do
   @impl GenServer
   def init({%Config{} = config, supervisor}) do
     Process.flag(:trap_exit, true)
+    warn_ignored(config)
 
     families =
       [{config.open_ipv4_socket, :inet}, {config.open_ipv6_socket, :inet6}]
@@ -164,6 +187,22 @@ defmodule RakNet.Server.Listener do
         {:stop, reason}
     end
   end
+
+  # X-Plane options that have no meaning here: said once, when the server starts.
+  defp warn_ignored(%Config{ignored_options: ignored, port: port}) do
+    for option <- ignored do
+      Logger.warning(
+        "raknet: the X-Plane option #{inspect(option)} is accepted and ignored " <>
+          "(#{ignored_reason(option)})",
+        raknet_port: port
+      )
+    end
+  end
+
+  defp ignored_reason(:send),
+    do: "the Rust runtime owns the sockets, so outgoing datagrams cannot be captured from Elixir"
+
+  defp ignored_reason(_option), do: "X-Plane's library does not use it either"
 
   defp open(_config, [], acc), do: {:ok, Enum.reverse(acc)}
 

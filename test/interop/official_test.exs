@@ -10,8 +10,7 @@ defmodule RakNet.Interop.OfficialTest do
   alias RakNet.Test.{EchoClient, Official}
 
   defp start_server(opts) do
-    opts =
-      Keyword.merge([host: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
 
     spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
     pid = start_supervised!(%{spec | id: make_ref()})

@@ -7,8 +7,7 @@ defmodule RakNet.ServerTest do
   @reliabilities RakNet.ReliabilityLayer.Reliability.all()
 
   defp start_server(opts \\ []) do
-    opts =
-      Keyword.merge([host: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
 
     module = Keyword.get(opts, :module, EchoClient)
     spec = RakNet.Server.child_spec([module, 0 | Keyword.delete(opts, :module)])
@@ -63,7 +62,7 @@ defmodule RakNet.ServerTest do
         host: localhost,
         client_timeout_ms: 20 * 60 * 1_000,
         open_ipv6_socket: true,
-        ipv6_host: "::1",
+        ipv6_ip: "::1",
         client_data: self()
       ]
     end
@@ -152,7 +151,7 @@ defmodule RakNet.ServerTest do
     :ok = Connection.close(conn)
     assert_receive {:raknet_disconnect, ^conn, :local_close}, 5_000
     assert_receive {:client_disconnect, ^server_side}, 5_000
-    assert_receive {:DOWN, ^ref, :process, ^server_side, :normal}, 5_000
+    assert_receive {:DOWN, ^ref, :process, ^server_side, {:shutdown, :peer_closed}}, 5_000
     assert Connection.send(conn, :reliable, <<0x86>>) == {:error, :closed}
   end
 
@@ -249,7 +248,7 @@ defmodule RakNet.ServerTest do
 
   test "IPv6 on ::1" do
     {_server, info} =
-      start_server(open_ipv4_socket: false, open_ipv6_socket: true, ipv6_host: "::1")
+      start_server(open_ipv4_socket: false, open_ipv6_socket: true, ipv6_ip: "::1")
 
     assert info.ipv4_port == nil
     {conn, _} = connect(info.ipv6_port, "::1")
@@ -361,11 +360,15 @@ defmodule RakNet.ServerTest do
   describe "option validation" do
     for {opts, message} <- [
           {[host: "not an ip"],
-           ":host must be an IPv4 address (tuple or string), got: \"not an ip\""},
-          {[host: {127, 0, 0}], ":host must be an IPv4 address"},
-          {[host: "::1"], ":host must be an IPv4 address (the IPv4 socket's); use :ipv6_host"},
-          {[ipv6_host: "127.0.0.1"], ":ipv6_host must be an IPv6 address"},
-          {[ipv6_host: :localhost], ":ipv6_host must be an IPv6 address"},
+           ":host must be an IP address (tuple or string) or nil, got: \"not an ip\""},
+          {[host: {127, 0, 0}], ":host must be an IP address"},
+          {[ip: "not an ip"],
+           ":ip must be an IPv4 address (tuple or string), got: \"not an ip\""},
+          {[ip: {127, 0, 0}], ":ip must be an IPv4 address"},
+          {[ip: "::1"], ":ip must be an IPv4 address (the IPv4 socket's); use :ipv6_ip"},
+          {[ipv6_ip: "127.0.0.1"], ":ipv6_ip must be an IPv6 address"},
+          {[ipv6_ip: :localhost], ":ipv6_ip must be an IPv6 address"},
+          {[convert_timestamps: :yes], ":convert_timestamps must be a boolean"},
           {[open_ipv4_socket: "yes"], ":open_ipv4_socket must be a boolean, got: \"yes\""},
           {[open_ipv6_socket: nil], ":open_ipv6_socket must be a boolean, got: nil"},
           {[ipv6_port: 70_000], ":ipv6_port must be nil or an integer in 0..65535"},
@@ -433,7 +436,8 @@ defmodule RakNet.ServerTest do
       assert %RakNet.Server.Config{
                client_module: EchoClient,
                port: 19_132,
-               host: {0, 0, 0, 0},
+               host: nil,
+               ip: {0, 0, 0, 0},
                open_ipv4_socket: true,
                client_timeout_ms: 10_000,
                include_timestamp_with_datagrams: false,
@@ -444,6 +448,7 @@ defmodule RakNet.ServerTest do
 
       native = RakNet.Server.Config.to_native(config, :inet6)
       assert %{host: "::", port: 19_132, accept_incoming: true, timeout_ms: 10_000} = native
+      assert %{advertised_ip: nil, strip_timestamps: true} = native
     end
 
     test "SEPARATE_IPV6_PORT=false turns the IPv6 socket off by default" do
@@ -463,8 +468,8 @@ defmodule RakNet.ServerTest do
     test "turns options into the runtime's map for each socket" do
       config =
         RakNet.Server.Config.new(EchoClient, 0,
-          host: "127.0.0.1",
-          ipv6_host: "::1",
+          ip: "127.0.0.1",
+          ipv6_ip: "::1",
           ipv6_port: 0,
           server_identifier: <<1, 2, 3, 4, 5, 6, 7, 8>>,
           client_timeout_ms: 20_000
@@ -490,7 +495,9 @@ defmodule RakNet.ServerTest do
                  :max_number_of_internal_ids,
                  :use_cookies,
                  :guid,
-                 :max_pending_deliveries
+                 :max_pending_deliveries,
+                 :advertised_ip,
+                 :strip_timestamps
                ])
     end
 
@@ -510,7 +517,7 @@ defmodule RakNet.ServerTest do
 
       assert {:error, _} =
                RakNet.Server.start_link(EchoClient, port,
-                 host: {127, 0, 0, 1},
+                 ip: {127, 0, 0, 1},
                  open_ipv6_socket: false
                )
     end

@@ -128,3 +128,61 @@ defimpl RakNet.Client, for: RakNet.Test.GreeterClient do
   def got_ack(_client, _id), do: :ok
   def disconnect(client), do: send(client.test, {:greeter_disconnect, client.connection})
 end
+
+defmodule RakNet.Test.LinkingClient do
+  @moduledoc """
+  A `RakNet.Client` whose `new/3` starts a per-player process linked to the connection, as
+  X-Plane's README does, and tells the test process about it.
+  """
+  defstruct connection: nil, test: nil, player: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.LinkingClient do
+  def new(client, connection_pid, test_pid) do
+    player = spawn_link(fn -> Process.sleep(:infinity) end)
+    send(test_pid, {:linking_new, connection_pid, player})
+    %{client | connection: connection_pid, test: test_pid, player: player}
+  end
+
+  def receive(client, 0x86, "stop", _transit) do
+    send(client.test, {:stop_result, RakNet.Connection.stop(client.connection)})
+  end
+
+  def receive(client, 0x86, "conn_ref", _transit) do
+    send(client.test, {:conn_ref_result, RakNet.Connection.conn_ref(self())})
+  end
+
+  def receive(_client, _type, _buffer, _transit), do: :ok
+  def got_ack(_client, _id), do: :ok
+  def disconnect(client), do: send(client.test, {:linking_disconnect, client.connection})
+end
+
+defmodule RakNet.Test.ChatClient do
+  @moduledoc """
+  A chat participant: every message is relayed to every other participant through their
+  connection pids (found in a `Registry`), from inside the connection process, as
+  `examples/chat_server.exs` does. Send failures are reported to the test process.
+  """
+  defstruct connection: nil, registry: nil, test: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.ChatClient do
+  def new(client, connection_pid, {registry, test}) do
+    {:ok, _} = Registry.register(registry, :players, nil)
+    send(test, {:chat_joined, connection_pid})
+    %{client | connection: connection_pid, registry: registry, test: test}
+  end
+
+  def receive(client, 0x86, text, _transit) do
+    for {pid, _} <- Registry.lookup(client.registry, :players), pid != client.connection do
+      case RakNet.Connection.send(pid, :reliable_ordered, <<0x86, text::binary>>) do
+        {:ok, nil} -> :ok
+        error -> send(client.test, {:chat_send_failed, error})
+      end
+    end
+  end
+
+  def receive(_client, _type, _buffer, _transit), do: :ok
+  def got_ack(_client, _id), do: :ok
+  def disconnect(_client), do: :ok
+end

@@ -2,9 +2,11 @@ defmodule RakNet.Server.Config do
   @moduledoc """
   The options of `RakNet.Server` (see `t:option/0`), validated when the server starts.
 
-  X-Plane's options keep their names and defaults; the others are ours. Unknown options raise
-  `ArgumentError`, except X-Plane's `:custom_packets`, `:custom_types` and `:send`, which are
-  accepted and ignored. Every message names the option:
+  X-Plane's options keep their names, meanings and defaults; the others are ours. Unknown
+  options raise `ArgumentError`, except X-Plane's `:custom_packets`, `:custom_types` and
+  `:send`, which are accepted and ignored with a warning when the server starts (`:send` was
+  X-Plane's hook for capturing outgoing datagrams in tests; here the sockets belong to the
+  Rust runtime). Every message names the option:
 
       iex> RakNet.Server.Config.new(MyGame.Player, 19132, max_mtu: 1400).max_mtu
       1400
@@ -15,9 +17,14 @@ defmodule RakNet.Server.Config do
   @typedoc """
   A `RakNet.Server` option:
 
-    * `:host` - the IPv4 address the IPv4 socket binds, a tuple or a string. Default
-      `{0, 0, 0, 0}` (every interface), as in X-Plane's library.
-    * `:ipv6_host` - the IPv6 address the IPv6 socket binds. Default `{0, 0, 0, 0, 0, 0, 0, 0}`.
+    * `:host` - the server's own address as its clients see it (a tuple or a string), as in
+      X-Plane's library: written first among the internal addresses of the handshake's
+      connection-request-accepted message, on the socket of its address family. It does not
+      restrict where the server listens (see `:ip`). Default `nil`: the bound address.
+    * `:ip` - the IPv4 address the IPv4 socket binds, a tuple or a string (the name
+      `:gen_udp`, ranch and thousand_island use). Default `{0, 0, 0, 0}`: every interface.
+    * `:ipv6_ip` - the IPv6 address the IPv6 socket binds. Default `{0, 0, 0, 0, 0, 0, 0, 0}`:
+      every interface.
     * `:open_ipv4_socket` - open the IPv4 socket. Default `true`.
     * `:open_ipv6_socket` - open a separate, IPv6-only socket. Default `true` unless the
       `SEPARATE_IPV6_PORT` environment variable is `"false"` (X-Plane's rule).
@@ -27,6 +34,14 @@ defmodule RakNet.Server.Config do
       from the peer. Default `10_000`; at least 100.
     * `:include_timestamp_with_datagrams` - datagrams carry a 4-byte timestamp, as in official
       RakNet built with `INCLUDE_TIMESTAMP_WITH_DATAGRAMS` (X-Plane's client). Default `false`.
+    * `:convert_timestamps` - how messages that start with `ID_TIMESTAMP` (0x1B, the sender's
+      8-byte clock, then the real message) reach `RakNet.Client.receive/4`. `true`: the prefix
+      is stripped, the handler gets the inner message's type and body, and `transit_time` is
+      computed from the stamp with the clock synchronisation. `false`: as X-Plane's library
+      delivers them, type 27 with the stamp and the inner message in the buffer, and
+      `transit_time` is half the round trip. Default: `false` when
+      `:include_timestamp_with_datagrams` is `true` (what an X-Plane application expects),
+      else `true`.
     * `:client_data` - the third argument of `RakNet.Client.new/3`, any term. Default `%{}`.
     * `:offline_ping_response` - the unconnected pong payload (a Bedrock MOTD, say), under
       64 KiB. Default `"RakNet Server"`. Changed live with
@@ -48,13 +63,15 @@ defmodule RakNet.Server.Config do
       Default `10_000`; at least 16.
   """
   @type option ::
-          {:host, :inet.ip4_address() | String.t()}
-          | {:ipv6_host, :inet.ip6_address() | String.t()}
+          {:host, :inet.ip_address() | String.t() | nil}
+          | {:ip, :inet.ip4_address() | String.t()}
+          | {:ipv6_ip, :inet.ip6_address() | String.t()}
           | {:open_ipv4_socket, boolean()}
           | {:open_ipv6_socket, boolean()}
           | {:ipv6_port, :inet.port_number() | nil}
           | {:client_timeout_ms, pos_integer()}
           | {:include_timestamp_with_datagrams, boolean()}
+          | {:convert_timestamps, boolean()}
           | {:client_data, term()}
           | {:offline_ping_response, binary()}
           | {:server_identifier, non_neg_integer() | <<_::64>> | nil}
@@ -69,13 +86,15 @@ defmodule RakNet.Server.Config do
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
             port: 0,
-            host: {0, 0, 0, 0},
-            ipv6_host: {0, 0, 0, 0, 0, 0, 0, 0},
+            host: nil,
+            ip: {0, 0, 0, 0},
+            ipv6_ip: {0, 0, 0, 0, 0, 0, 0, 0},
             open_ipv4_socket: true,
             open_ipv6_socket: true,
             ipv6_port: nil,
             client_timeout_ms: 10_000,
             include_timestamp_with_datagrams: false,
+            convert_timestamps: nil,
             client_data: %{},
             offline_ping_response: "RakNet Server",
             server_identifier: nil,
@@ -85,7 +104,8 @@ defmodule RakNet.Server.Config do
             min_mtu: 400,
             max_mtu: 1492,
             use_cookies: false,
-            max_pending_deliveries: 10_000
+            max_pending_deliveries: 10_000,
+            ignored_options: []
 
   @typedoc "A validated configuration."
   @type t :: %__MODULE__{}
@@ -96,7 +116,7 @@ defmodule RakNet.Server.Config do
   Validates the arguments of `RakNet.Server.child_spec/1`, `[client_module, port | opts]`;
   see `new/3`.
 
-      iex> RakNet.Server.Config.new([MyGame.Player, 0, host: "127.0.0.1"]).host
+      iex> RakNet.Server.Config.new([MyGame.Player, 0, ip: "127.0.0.1"]).ip
       {127, 0, 0, 1}
   """
   @spec new([term()]) :: t()
@@ -112,7 +132,7 @@ defmodule RakNet.Server.Config do
   free port) and fills in the defaults; raises `ArgumentError` naming the bad option.
 
       iex> config = RakNet.Server.Config.new(MyGame.Player, 0, open_ipv6_socket: false)
-      iex> {config.host, config.client_timeout_ms, config.offline_ping_response}
+      iex> {config.ip, config.client_timeout_ms, config.offline_ping_response}
       {{0, 0, 0, 0}, 10000, "RakNet Server"}
   """
   @spec new(module(), :inet.port_number(), [option()]) :: t()
@@ -131,10 +151,13 @@ defmodule RakNet.Server.Config do
       open_ipv6_socket: System.get_env("SEPARATE_IPV6_PORT") != "false"
     }
 
+    defaults = %{defaults | ignored_options: opts |> Keyword.take(@ignored) |> Keyword.keys()}
+
     opts
     |> Keyword.drop(@ignored)
     |> Enum.reduce(defaults, fn {key, value}, config ->
-      unless Map.has_key?(defaults, key) and key not in [:client_module, :port] do
+      unless Map.has_key?(defaults, key) and
+               key not in [:client_module, :port, :ignored_options] do
         raise ArgumentError, "unknown option #{inspect(key)} for RakNet.Server"
       end
 
@@ -143,30 +166,43 @@ defmodule RakNet.Server.Config do
     |> check_relations()
   end
 
+  defp validate(:host, nil), do: nil
+
   defp validate(:host, value) do
+    case parse_ip(value) do
+      {:ok, ip} ->
+        ip
+
+      :error ->
+        raise ArgumentError,
+              ":host must be an IP address (tuple or string) or nil, got: #{inspect(value)}"
+    end
+  end
+
+  defp validate(:ip, value) do
     case parse_ip(value) do
       {:ok, ip} when tuple_size(ip) == 4 ->
         ip
 
       {:ok, _ipv6} ->
         raise ArgumentError,
-              ":host must be an IPv4 address (the IPv4 socket's); " <>
-                "use :ipv6_host for the IPv6 socket, got: #{inspect(value)}"
+              ":ip must be an IPv4 address (the IPv4 socket's); " <>
+                "use :ipv6_ip for the IPv6 socket, got: #{inspect(value)}"
 
       :error ->
         raise ArgumentError,
-              ":host must be an IPv4 address (tuple or string), got: #{inspect(value)}"
+              ":ip must be an IPv4 address (tuple or string), got: #{inspect(value)}"
     end
   end
 
-  defp validate(:ipv6_host, value) do
+  defp validate(:ipv6_ip, value) do
     case parse_ip(value) do
       {:ok, ip} when tuple_size(ip) == 8 ->
         ip
 
       _ ->
         raise ArgumentError,
-              ":ipv6_host must be an IPv6 address (tuple or string), got: #{inspect(value)}"
+              ":ipv6_ip must be an IPv6 address (tuple or string), got: #{inspect(value)}"
     end
   end
 
@@ -175,6 +211,7 @@ defmodule RakNet.Server.Config do
               :open_ipv4_socket,
               :open_ipv6_socket,
               :include_timestamp_with_datagrams,
+              :convert_timestamps,
               :use_cookies
             ],
        do: check(key, value, is_boolean(value), "a boolean")
@@ -294,15 +331,30 @@ defmodule RakNet.Server.Config do
   @doc "The `endpoint_start` options (docs/nif-contract.md) for the socket of `family`."
   @spec to_native(t(), :inet | :inet6) :: map()
   def to_native(%__MODULE__{} = c, family) do
-    {host, port} =
+    {bind, port} =
       case family do
-        :inet -> {c.host, c.port}
-        :inet6 -> {c.ipv6_host, c.ipv6_port || c.port}
+        :inet -> {c.ip, c.port}
+        :inet6 -> {c.ipv6_ip, c.ipv6_port || c.port}
       end
 
+    # The advertised address goes to the socket of its own family.
+    advertised =
+      case {family, c.host} do
+        {:inet, {_, _, _, _} = ip} -> ip |> :inet.ntoa() |> to_string()
+        {:inet6, {_, _, _, _, _, _, _, _} = ip} -> ip |> :inet.ntoa() |> to_string()
+        _ -> nil
+      end
+
+    convert =
+      if is_nil(c.convert_timestamps),
+        do: not c.include_timestamp_with_datagrams,
+        else: c.convert_timestamps
+
     %{
-      host: host |> :inet.ntoa() |> to_string(),
+      host: bind |> :inet.ntoa() |> to_string(),
       port: port,
+      advertised_ip: advertised,
+      strip_timestamps: convert,
       accept_incoming: true,
       max_connections: c.max_connections,
       protocol_versions: c.protocol_versions,

@@ -16,7 +16,9 @@ defmodule Mix.Tasks.Raknet.Ping do
 
     case args do
       [host, port] ->
-        Mix.Task.run("compile")
+        # The ping goes through the :raknet application's client endpoint: start it (and
+        # compile first), as `mix run` would.
+        Mix.Task.run("app.start")
         ping(host, String.to_integer(port), opts)
 
       _ ->
