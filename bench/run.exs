@@ -5,7 +5,8 @@
 # Runs the Rust microbenchmarks (codec, engine, raw UDP) and the end-to-end scenarios against a
 # RakNet.Server in this VM, prints one table, and writes bench/results/<date>.json. Every number
 # is the median of repeated runs (BENCH_RUNS, default 3); comparisons are made in the same run and
-# reported as ratios. A benchmark, not a test: it asserts only that each scenario completed.
+# reported as ratios. A benchmark, not a test: a run that fails (a peer closed, a tool exited)
+# is reported in the table as failed, with its reason, and every other scenario still runs.
 
 defmodule Bench.Handler do
   @moduledoc """
@@ -52,14 +53,70 @@ defmodule Bench do
 
   def runs, do: String.to_integer(System.get_env("BENCH_RUNS", "3"))
 
-  @doc "Runs `fun` `runs()` times; returns the list of results."
-  def repeat(fun), do: for(_ <- 1..runs(), do: fun.())
+  @doc "Runs `fun` `runs()` times; returns the list of results (see `attempt/1`)."
+  def repeat(fun), do: for(_ <- 1..runs(), do: attempt(fun))
+
+  @doc """
+  Runs one scenario run: its result map, or `%{failed: reason}` when it raised, threw or
+  exited (the reason is printed at once and shown in the table).
+  """
+  def attempt(fun) do
+    fun.()
+  rescue
+    e -> failed(Exception.message(e))
+  catch
+    kind, reason -> failed("#{kind}: #{inspect(reason, limit: 5)}")
+  end
+
+  defp failed(reason) do
+    reason = reason |> String.split("\n") |> hd() |> String.slice(0, 160)
+    IO.puts("   run failed: #{reason}")
+    %{failed: reason}
+  end
+
+  @doc "The reasons of the failed runs among `results`."
+  def failures(results) when is_list(results),
+    do: for(%{failed: reason} <- results, do: reason)
+
+  def failures(%{failed: reason}), do: [reason]
+  def failures(_result), do: []
+
+  @doc "How a scenario's measured cell reads: the value, or why its runs failed."
+  def cell(results, text) do
+    case {failures(results), List.wrap(results)} do
+      {[], _} ->
+        text
+
+      {[reason | _] = fs, all} when length(fs) == length(all) ->
+        "FAILED: #{reason}"
+
+      {[reason | _] = fs, all} ->
+        "#{text} (#{length(fs)} of #{length(all)} runs failed: #{reason})"
+    end
+  end
 
   def median([]), do: nil
   def median(xs), do: xs |> Enum.sort() |> Enum.at(div(length(xs), 2))
 
-  @doc "The median of `key` over a list of maps."
-  def median(results, key), do: results |> Enum.map(&Map.fetch!(&1, key)) |> median()
+  @doc "The median of `key` over the successful runs among `results`."
+  def median(results, key) do
+    results
+    |> Enum.reject(&Map.has_key?(&1, :failed))
+    |> Enum.map(&Map.get(&1, key))
+    |> Enum.reject(&is_nil/1)
+    |> median()
+  end
+
+  @doc "Starts a benchmark server, runs `fun` with it and always stops it."
+  def with_server(opts \\ [], fun) do
+    server = server(opts)
+
+    try do
+      fun.(server)
+    after
+      stop(server)
+    end
+  end
 
   def server(opts \\ []) do
     counter = :counters.new(1, [:atomics])
@@ -138,7 +195,10 @@ defmodule Bench do
   @window 5_000
 
   def throughput(echo, n \\ 100_000) do
-    server = server(echo: echo)
+    with_server([echo: echo], &throughput(&1, echo, n))
+  end
+
+  defp throughput(server, echo, n) do
     {:ok, conn} = RakNet.connect("127.0.0.1", server.port)
     payload = <<0x86, 0::504>>
     {:ok, before} = RakNet.Connection.info(conn)
@@ -151,7 +211,6 @@ defmodule Bench do
     us = System.monotonic_time(:microsecond) - t0
     {:ok, stats} = RakNet.Connection.info(conn)
     RakNet.Connection.close(conn)
-    stop(server)
 
     %{
       messages_per_s: round(n * 1_000_000 / us),
@@ -202,12 +261,7 @@ defmodule Bench do
   # -- 2. The official client sending to our server, and to an official server ---------------
 
   def official(n \\ 20_000) do
-    server = server()
-    {_, 0} = System.cmd(@python, [@sender, "send", "127.0.0.1", "#{server.port}", "#{n}", "64"])
-    [{:first, first}] = :ets.lookup(server.marks, :first)
-    [{:marker, last}] = :ets.lookup(server.marks, :marker)
-    ours = :counters.get(server.counter, 1) * 1_000_000 / max(last - first, 1)
-    stop(server)
+    ours = with_server(&official_to_ours(&1, n))
 
     counting =
       Port.open({:spawn_executable, @python}, [:binary, {:line, 256}, args: [@sender, "count"]])
@@ -228,11 +282,30 @@ defmodule Bench do
     %{ours: round(ours), official: rate}
   end
 
+  defp official_to_ours(server, n) do
+    {out, status} =
+      System.cmd(@python, [@sender, "send", "127.0.0.1", "#{server.port}", "#{n}", "64"],
+        stderr_to_stdout: true
+      )
+
+    arrived = :counters.get(server.counter, 1)
+
+    with 0 <- status,
+         [{:first, first}] <- :ets.lookup(server.marks, :first),
+         [{:marker, last}] <- :ets.lookup(server.marks, :marker) do
+      arrived * 1_000_000 / max(last - first, 1)
+    else
+      _ ->
+        raise "the official sender's connection ended early: #{arrived} of #{n} messages " <>
+                "arrived (sender exit #{status}: #{out |> String.trim() |> String.slice(-120, 120)})"
+    end
+  end
+
   # -- 3. Bulk: one 16 MiB reliable_ordered message through a lossy relay --------------------
 
-  def bulk(loss, seed) do
-    server = server()
+  def bulk(loss, seed), do: with_server(&bulk(&1, loss, seed))
 
+  defp bulk(server, loss, seed) do
     relay =
       Port.open({:spawn_executable, Path.join(@bin, "raknet-relay")}, [
         :binary,
@@ -247,6 +320,14 @@ defmodule Bench do
         5_000 -> raise "raknet-relay did not start"
       end
 
+    try do
+      bulk_through(relay_port, loss)
+    after
+      Port.close(relay)
+    end
+  end
+
+  defp bulk_through(relay_port, loss) do
     {:ok, conn} = RakNet.connect("127.0.0.1", relay_port, timeout: 10_000)
     message = <<0x88, :binary.copy(<<0>>, @bulk_bytes - 1)::binary>>
     t0 = System.monotonic_time(:microsecond)
@@ -261,8 +342,6 @@ defmodule Bench do
 
     {:ok, stats} = RakNet.Connection.info(conn)
     RakNet.Connection.close(conn)
-    Port.close(relay)
-    stop(server)
     seconds = (t1 - t0) / 1_000_000
 
     %{
@@ -273,10 +352,40 @@ defmodule Bench do
     }
   end
 
+  # -- 7. send/3 to a connection pid (a registry look-up) against a connection handle ---------
+
+  # From a process that is not the connection's: what a zone process broadcasting to players
+  # pays per message. Unreliable 64 B messages to one connection; only the call is timed.
+  def send_paths(n \\ 200_000), do: with_server(&send_paths(&1, n))
+
+  defp send_paths(server, n) do
+    {:ok, pid} = RakNet.connect("127.0.0.1", server.port, client: {Bench.Handler, %{}})
+    {:ok, conn} = RakNet.Connection.conn_ref(pid)
+    payload = <<0x86, 0::504>>
+
+    time = fn target ->
+      t0 = System.monotonic_time(:nanosecond)
+
+      for _ <- 1..n do
+        {:ok, nil} = RakNet.Connection.send(target, :unreliable, payload)
+      end
+
+      (System.monotonic_time(:nanosecond) - t0) / n
+    end
+
+    # Warm up both paths, then measure each.
+    _ = time.(conn)
+    by_handle = time.(conn)
+    by_pid = time.(pid)
+    RakNet.Connection.close(pid)
+    %{ns_per_send_handle: round(by_handle), ns_per_send_pid: round(by_pid)}
+  end
+
   # -- 4 and 5: raknet-load against an echoing RakNet.Server ---------------------------------
 
-  def load(args) do
-    server = server(echo: true)
+  def load(args), do: with_server([echo: true], &load(&1, args))
+
+  defp load(server, args) do
     {beam0, rust0} = {:erlang.memory(:total), RakNet.native_memory()}
 
     port =
@@ -289,10 +398,14 @@ defmodule Bench do
 
     {:os_pid, load_pid} = Port.info(port, :os_pid)
     {:ok, timer} = :timer.send_interval(250, :sample)
-    {out, samples} = collect(port, server.sup, load_pid, "", [])
-    :timer.cancel(timer)
-    flush_samples()
-    stop(server)
+
+    {out, samples} =
+      try do
+        collect(port, server.sup, load_pid, "", [])
+      after
+        :timer.cancel(timer)
+        flush_samples()
+      end
 
     # The steady state: the samples taken while (nearly) every connection of the run was up.
     peak = samples |> Enum.map(& &1.connections) |> Enum.max(fn -> 0 end)
@@ -440,9 +553,9 @@ n = Bench.runs()
 
 IO.puts("== make bench on #{System.schedulers_online()} cores, OTP #{System.otp_release()} ==")
 IO.puts("-- Rust: codec, engine over the simulator, raw UDP (the physical limit)")
-codec = Bench.codec()
-engine = Bench.engine()
-udp = Bench.udp()
+codec = Bench.attempt(&Bench.codec/0)
+engine = Bench.attempt(&Bench.engine/0)
+udp = Bench.attempt(&Bench.udp/0)
 
 IO.puts("-- 1. one connection, 64 B reliable_ordered into a RakNet.Client handler (x#{n})")
 one_way = Bench.repeat(fn -> Bench.throughput(false) end)
@@ -453,7 +566,7 @@ official = Bench.repeat(&Bench.official/0)
 
 IO.puts("-- 3. 16 MiB reliable_ordered through a lossy relay (x#{n})")
 bulk0 = Bench.repeat(fn -> Bench.bulk(0.0, 1) end)
-bulk5 = Enum.map(1..n, &Bench.bulk(0.05, &1))
+bulk5 = Enum.map(1..n, fn seed -> Bench.attempt(fn -> Bench.bulk(0.05, seed) end) end)
 
 IO.puts("-- 4. echo round trip at 1,000 msg/s (x#{n})")
 
@@ -483,60 +596,77 @@ scale =
       :bytes_per_connection_rust
     ]
 
-    Map.new(keys, &{&1, Bench.median(runs, &1)}) |> Map.put(:target_connections, conns)
+    Map.new(keys, &{&1, Bench.median(runs, &1)})
+    |> Map.merge(%{target_connections: conns, failures: Bench.failures(runs)})
   end
+
+IO.puts("-- 7. send/3 from another process: to the connection pid, and to its handle (x#{n})")
+send_paths = Bench.repeat(&Bench.send_paths/0)
 
 m = &Bench.median/2
 one_way_rate = m.(one_way, :messages_per_s)
 echo_rate = m.(echo, :messages_per_s)
 ours = m.(official, :ours)
 theirs = m.(official, :official)
-lat = %{p50_us: m.(latency, :p50_ms) * 1000, p99_us: m.(latency, :p99_ms) * 1000}
+us = fn ms -> ms && ms * 1000 end
+lat = %{p50_us: us.(m.(latency, :p50_ms)), p99_us: us.(m.(latency, :p99_ms))}
 b0 = %{seconds: m.(bulk0, :seconds), mb_per_s: m.(bulk0, :mb_per_s)}
 b5 = %{seconds: m.(bulk5, :seconds), mb_per_s: m.(bulk5, :mb_per_s), resends: m.(bulk5, :resends)}
 raknet_dgrams = m.(one_way, :client_datagrams_out_per_s)
+by_pid = m.(send_paths, :ns_per_send_pid)
+by_handle = m.(send_paths, :ns_per_send_handle)
 f = &Bench.fmt/1
 x = fn r -> if r, do: "#{Bench.fmt(r)}x", else: "-" end
+c = &Bench.cell/2
 
 rows =
   [
     ["scenario", "measured (median of #{n})", "goal", "compared in the same run"],
     [
       "1. one connection, 64 B reliable_ordered, one way",
-      "#{f.(one_way_rate)} msg/s",
+      c.(one_way, "#{f.(one_way_rate)} msg/s"),
       ">= 500,000 msg/s",
       "#{x.(Bench.ratio(one_way_rate, 500_000))} the goal"
     ],
-    ["1. the same, echoed back to the client", "#{f.(echo_rate)} msg/s", "", ""],
+    ["1. the same, echoed back to the client", c.(echo, "#{f.(echo_rate)} msg/s"), "", ""],
     [
       "2. official client -> RakNet.Server",
-      "#{f.(ours)} msg/s",
+      c.(official, "#{f.(ours)} msg/s"),
       ">= 1.0x official",
       "#{x.(Bench.ratio(ours, theirs))} official client -> official server (#{f.(theirs)} msg/s)"
     ],
     [
       "3. 16 MiB reliable_ordered, 0 % loss (relay)",
-      "#{f.(b0.mb_per_s)} MB/s, #{f.(b0.seconds)} s",
+      c.(bulk0, "#{f.(b0.mb_per_s)} MB/s, #{f.(b0.seconds)} s"),
       "",
-      "simulator at 20 ms RTT: #{f.(Enum.at(engine.bulk_16mib_20ms_rtt_virtual, 0)[:mb_per_s])} MB/s"
+      "simulator at 20 ms RTT: #{f.(engine |> Map.get(:bulk_16mib_20ms_rtt_virtual, []) |> Enum.at(0, %{}) |> Map.get(:mb_per_s))} MB/s"
     ],
     [
       "3. 16 MiB reliable_ordered, 5 % loss (relay)",
-      "#{f.(b5.mb_per_s)} MB/s, #{f.(b5.seconds)} s",
+      c.(bulk5, "#{f.(b5.mb_per_s)} MB/s, #{f.(b5.seconds)} s"),
       "",
       "#{x.(Bench.ratio(b5.mb_per_s, b0.mb_per_s))} the lossless rate; #{f.(b5.resends)} resends"
     ],
     [
       "4. echo round trip at 1,000 msg/s, p50 / p99",
-      "#{f.(lat.p50_us)} / #{f.(lat.p99_us)} µs",
+      c.(latency, "#{f.(lat.p50_us)} / #{f.(lat.p99_us)} µs"),
       "p50 <= 100 µs",
-      "raw UDP #{f.(udp.rtt_p50_us)} / #{f.(udp.rtt_p99_us)} µs: #{x.(Bench.ratio(lat.p50_us, udp.rtt_p50_us))} at p50"
+      "raw UDP #{f.(udp[:rtt_p50_us])} / #{f.(udp[:rtt_p99_us])} µs: #{x.(Bench.ratio(lat.p50_us, udp[:rtt_p50_us]))} at p50"
+    ],
+    [
+      "7. send/3 from another process, 64 B unreliable",
+      c.(send_paths, "to the pid #{f.(by_pid)} ns, to the handle #{f.(by_handle)} ns"),
+      "never blocks",
+      "#{x.(Bench.ratio(by_pid, by_handle))} the handle's cost per call"
     ]
   ] ++
     Enum.map(scale, fn s ->
       [
         "5. #{f.(s.target_connections)} connections x 20 msg/s, echoed",
-        "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core, p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms",
+        Enum.map(s.failures, &%{failed: &1})
+        |> c.(
+          "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core, p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms"
+        ),
         if(s.target_connections == 10_000, do: "<= 1 core", else: ""),
         "BEAM #{f.(s.bytes_per_connection_beam)} + Rust #{f.(s.bytes_per_connection_rust)} B/conn; load tester #{f.(s.load_tester_cpu_share_of_one_core)} core; #{f.(s.unanswered)} echoes missing"
       ]
@@ -544,21 +674,21 @@ rows =
     [
       [
         "6. raw loopback UDP, 64 B, one socket",
-        "#{f.(udp.datagrams_per_s)} datagrams/s",
+        c.(udp, "#{f.(udp[:datagrams_per_s])} datagrams/s"),
         "",
-        "scenario 1 client sent #{f.(raknet_dgrams)} datagrams/s: #{x.(Bench.ratio(raknet_dgrams, udp.datagrams_per_s))} of it"
+        "scenario 1 client sent #{f.(raknet_dgrams)} datagrams/s: #{x.(Bench.ratio(raknet_dgrams, udp[:datagrams_per_s]))} of it"
       ],
       [
         "codec: decode a 1,400 B datagram of 20 frames",
-        "#{f.(codec.ns_per_datagram_1400b_20_frames)} ns",
+        c.(codec, "#{f.(codec[:ns_per_datagram_1400b_20_frames])} ns"),
         "",
         ""
       ],
       [
         "engine: 64 B reliable_ordered, two engines in-process",
-        "#{f.(engine.messages_per_s)} msg/s",
+        c.(engine, "#{f.(engine[:messages_per_s])} msg/s"),
         "",
-        "#{x.(Bench.ratio(one_way_rate, engine.messages_per_s))} of it reaches Elixir"
+        "#{x.(Bench.ratio(one_way_rate, engine[:messages_per_s]))} of it reaches Elixir"
       ]
     ]
 
@@ -590,6 +720,7 @@ results = %{
   },
   bulk_16mib: %{loss_0: Map.put(b0, :runs, bulk0), loss_5: Map.put(b5, :runs, bulk5)},
   latency_1k_per_s: Map.put(lat, :runs, latency),
+  send_paths: %{ns_per_send_pid: by_pid, ns_per_send_handle: by_handle, runs: send_paths},
   scale: scale,
   seconds: System.monotonic_time(:second) - started
 }
