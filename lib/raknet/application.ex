@@ -119,6 +119,7 @@ defmodule RakNet.ClientEndpoint do
       use_cookies: false,
       guid: nil,
       max_pending_deliveries: 10_000,
+      max_pending_bytes: 4_194_304,
       # One socket per endpoint, but all client endpoints share one runtime thread.
       shared_thread: true
     }

@@ -43,9 +43,12 @@ defmodule RakNet.Connection do
   and a process that traps exits sees the reason in its `{:EXIT, pid, {:shutdown, reason}}`.
   `stop/1` ends it with `:shutdown`.
 
-  Flow control: it confirms the messages it handled to the runtime in batches (when its
-  mailbox is empty, at least every 256 messages); see `:max_pending_deliveries` in
-  `RakNet.Server.Config`.
+  Flow control: it confirms the messages it handled (and their bytes) to the runtime in
+  batches (when its mailbox is empty, at least every 256 messages). A handler that falls
+  behind a fast peer is not disconnected: past `:max_pending_deliveries` messages or
+  `:max_pending_bytes` bytes the connection stops taking the peer's messages (the peer's
+  reliable data waits, unacknowledged, and its congestion control slows it down) until the
+  handler has caught up halfway; see `RakNet.Server.Config`.
   """
   use GenServer, restart: :temporary
 
@@ -227,7 +230,7 @@ defmodule RakNet.Connection do
         RakNet.Connection.Registry.register(conn)
         # new/3 runs in handle_continue, not here: the server's listener waits for init to
         # return, so a new/3 that calls the server (to update the MOTD, say) would deadlock.
-        {:ok, %{conn: conn, client: nil, delivered: 0, waiting: nil},
+        {:ok, %{conn: conn, client: nil, delivered: 0, delivered_bytes: 0, waiting: nil},
          {:continue, {:new, client_struct, client_data}}}
 
       {:error, :closed} ->
@@ -249,6 +252,7 @@ defmodule RakNet.Connection do
            client: nil,
            pending: {client_struct, client_data},
            delivered: 0,
+           delivered_bytes: 0,
            waiting: nil,
            result: nil
          }}
@@ -275,7 +279,14 @@ defmodule RakNet.Connection do
   def handle_info({:raknet, conn, type, payload, transit}, %{conn: conn} = state) do
     # As in X-Plane's library the return value is not the new client state.
     RakNet.Client.receive(state.client, type, payload, transit)
-    {:noreply, confirm(%{state | delivered: state.delivered + 1})}
+
+    state = %{
+      state
+      | delivered: state.delivered + 1,
+        delivered_bytes: state.delivered_bytes + byte_size(payload) + 1
+    }
+
+    {:noreply, confirm(state)}
   end
 
   def handle_info({:raknet_receipt, conn, id, :acked}, %{conn: conn} = state) do
@@ -366,8 +377,8 @@ defmodule RakNet.Connection do
 
   defp confirm(%{delivered: delivered} = state) do
     if delivered >= @confirm_every or mailbox_empty?() do
-      Native.conn_delivered(state.conn, delivered)
-      %{state | delivered: 0}
+      Native.conn_delivered(state.conn, delivered, state.delivered_bytes)
+      %{state | delivered: 0, delivered_bytes: 0}
     else
       state
     end

@@ -88,8 +88,8 @@ defmodule RakNet.Native do
   def conn_info(_conn), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec conn_delivered(reference(), non_neg_integer()) :: :ok
-  def conn_delivered(_conn, _count), do: :erlang.nif_error(:nif_not_loaded)
+  @spec conn_delivered(reference(), non_neg_integer(), non_neg_integer()) :: :ok
+  def conn_delivered(_conn, _count, _bytes), do: :erlang.nif_error(:nif_not_loaded)
 
   # `:erlang.load_nif/2` takes the path without its extension and appends .so (on every Unix,
   # macOS included). `:code.priv_dir/1` is Application.app_dir(:raknet, "priv"), without raising

@@ -395,6 +395,7 @@ defmodule RakNet.ServerTest do
           {[min_mtu: 1400, max_mtu: 1200], ":min_mtu (1400) must not exceed :max_mtu (1200)"},
           {[use_cookies: "true"], ":use_cookies must be a boolean"},
           {[max_pending_deliveries: 15], ":max_pending_deliveries must be an integer >= 16"},
+          {[max_pending_bytes: 1_000], ":max_pending_bytes must be an integer >= 65536"},
           {[open_ipv4_socket: false, open_ipv6_socket: false], "at least one of"},
           {[bogus: 1], "unknown option :bogus for RakNet.Server"},
           {[client_module: Other], "unknown option :client_module"},
@@ -496,6 +497,7 @@ defmodule RakNet.ServerTest do
                  :use_cookies,
                  :guid,
                  :max_pending_deliveries,
+                 :max_pending_bytes,
                  :advertised_ip,
                  :strip_timestamps
                ])

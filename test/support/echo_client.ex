@@ -186,3 +186,37 @@ defimpl RakNet.Client, for: RakNet.Test.ChatClient do
   def got_ack(_client, _id), do: :ok
   def disconnect(_client), do: :ok
 end
+
+defmodule RakNet.Test.GateClient do
+  @moduledoc """
+  A handler that cannot keep up: its first message blocks it until the test process sends
+  the connection process `:open_gate`; then it forwards every message to the test process.
+  """
+  defstruct connection: nil, test: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.GateClient do
+  def new(client, connection_pid, test_pid) do
+    send(test_pid, {:gate_new, connection_pid})
+    %{client | connection: connection_pid, test: test_pid}
+  end
+
+  def receive(client, type, buffer, _transit) do
+    unless Process.get(:gate_open) do
+      send(client.test, {:gate_blocked, client.connection})
+
+      receive do
+        :open_gate -> Process.put(:gate_open, true)
+      end
+    end
+
+    send(client.test, {:gate_got, type, buffer})
+  end
+
+  def got_ack(_client, _id), do: :ok
+
+  def disconnect(client, reason),
+    do: send(client.test, {:gate_disconnect, client.connection, reason})
+
+  def disconnect(client), do: disconnect(client, nil)
+end

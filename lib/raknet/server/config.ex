@@ -58,9 +58,14 @@ defmodule RakNet.Server.Config do
     * `:min_mtu` / `:max_mtu` - MTU bounds in bytes, 400..1500. Defaults `400` / `1492`.
     * `:use_cookies` - answer open-connection-request-1 with an anti-spoofing cookie (Bedrock
       clients accept it; official RakNet 4.081 clients do not). Default `false`.
-    * `:max_pending_deliveries` - how many messages a connection process may be behind before
-      unreliable ones are dropped; twice as many close the connection as `:overloaded`.
-      Default `10_000`; at least 16.
+    * `:max_pending_deliveries` - how many messages a connection process may have waiting in
+      its mailbox before the connection stops taking the peer's messages (back-pressure: the
+      peer's reliable messages stay unacknowledged and are sent again later, its unreliable
+      ones are dropped and counted) until the process is down to half. Only a process that
+      handles none of them for `:client_timeout_ms` gets its connection closed as
+      `:overloaded`. Default `10_000`; at least 16.
+    * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
+      65 536.
   """
   @type option ::
           {:host, :inet.ip_address() | String.t() | nil}
@@ -82,6 +87,7 @@ defmodule RakNet.Server.Config do
           | {:max_mtu, 400..1500}
           | {:use_cookies, boolean()}
           | {:max_pending_deliveries, pos_integer()}
+          | {:max_pending_bytes, pos_integer()}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -105,6 +111,7 @@ defmodule RakNet.Server.Config do
             max_mtu: 1492,
             use_cookies: false,
             max_pending_deliveries: 10_000,
+            max_pending_bytes: 4_194_304,
             ignored_options: []
 
   @typedoc "A validated configuration."
@@ -290,6 +297,15 @@ defmodule RakNet.Server.Config do
     do:
       check(:max_pending_deliveries, value, is_integer(value) and value >= 16, "an integer >= 16")
 
+  defp validate(:max_pending_bytes, value),
+    do:
+      check(
+        :max_pending_bytes,
+        value,
+        is_integer(value) and value >= 65_536,
+        "an integer >= 65536 (bytes)"
+      )
+
   defp check(_key, value, true, _expected), do: value
 
   defp check(key, value, false, expected),
@@ -366,7 +382,8 @@ defmodule RakNet.Server.Config do
       max_number_of_internal_ids: c.max_number_of_internal_ids,
       use_cookies: c.use_cookies,
       guid: c.server_identifier,
-      max_pending_deliveries: c.max_pending_deliveries
+      max_pending_deliveries: c.max_pending_deliveries,
+      max_pending_bytes: c.max_pending_bytes
     }
   end
 end

@@ -24,6 +24,10 @@ pub(crate) enum Command {
     OwnerDown {
         key: u64,
     },
+    /// The owner caught up with its deliveries: take the peer's messages again.
+    Resume {
+        key: u64,
+    },
     SetOwner {
         key: u64,
         pid: LocalPid,

@@ -19,7 +19,7 @@ pub(crate) struct EndpointOptions {
     /// Run on the node's shared client thread instead of a thread of its own.
     pub(crate) shared_thread: bool,
     pub(crate) config: EndpointConfig,
-    pub(crate) max_pending_deliveries: usize,
+    pub(crate) budget: crate::resource::DeliveryBudget,
 }
 
 fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<T, &'static str> {
@@ -86,7 +86,13 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         dual_stack,
         shared_thread: get::<bool>(map, "shared_thread").unwrap_or(false),
         config,
-        max_pending_deliveries: get::<usize>(map, "max_pending_deliveries")?.max(16),
+        budget: crate::resource::DeliveryBudget {
+            messages: get::<usize>(map, "max_pending_deliveries")?.max(16),
+            // Optional: 4 MiB unless given.
+            bytes: get::<usize>(map, "max_pending_bytes")
+                .unwrap_or(4 << 20)
+                .max(64 << 10),
+        },
     })
 }
 
@@ -240,6 +246,8 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("expired_unsent", s.expired_unsent),
         ("malformed", s.malformed),
         ("refused_over_limit", s.refused_over_limit),
+        ("refused_paused", s.refused_paused),
+        ("dropped_paused", s.dropped_paused),
         ("garbage_datagrams", s.garbage_datagrams),
         ("ack_numbers_ignored", s.ack_numbers_ignored),
         ("unknown_internal", s.unknown_internal),

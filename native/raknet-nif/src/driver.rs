@@ -25,6 +25,8 @@ const RECV_BATCH: usize = 64;
 const MAX_HELD: usize = 1024;
 /// How long a stopping endpoint waits for peers to acknowledge its disconnection notices.
 const STOP_LINGER: Duration = Duration::from_secs(2);
+/// How often paused connections are checked for an owner that stopped making progress.
+const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Log lines an endpoint sends its owner per second at most; the rest are counted and
 /// reported with the next line (hostile traffic must not flood the logs).
 const LOG_LINES_PER_SECOND: u32 = 10;
@@ -46,6 +48,9 @@ struct Slot {
     /// The application was already told the connection ended.
     reported: bool,
     dropped: u64,
+    /// Set while receiving is paused for back-pressure: when the owner last made progress,
+    /// and how many messages it had outstanding then.
+    stall: Option<(Instant, usize)>,
 }
 
 pub(crate) struct Driver {
@@ -54,7 +59,6 @@ pub(crate) struct Driver {
     pub(crate) rx: UnboundedReceiver<Command>,
     pub(crate) me: ResourceArc<EndpointResource>,
     pub(crate) owner: LocalPid,
-    pub(crate) max_pending: usize,
     pub(crate) env: OwnedEnv,
     conns: HashMap<ConnId, Slot>,
     /// Who asked for a pong from an address (`endpoint_ping`); bounded.
@@ -65,6 +69,8 @@ pub(crate) struct Driver {
     log_window: Instant,
     log_lines: u32,
     log_suppressed: u64,
+    /// When to look at paused connections next (none paused: `None`).
+    next_stall_check: Option<Instant>,
 }
 
 impl Driver {
@@ -74,7 +80,6 @@ impl Driver {
         rx: UnboundedReceiver<Command>,
         me: ResourceArc<EndpointResource>,
         owner: LocalPid,
-        max_pending: usize,
     ) -> Self {
         Self {
             endpoint,
@@ -82,7 +87,6 @@ impl Driver {
             rx,
             me,
             owner,
-            max_pending,
             env: OwnedEnv::new(),
             conns: HashMap::new(),
             pingers: HashMap::new(),
@@ -92,15 +96,17 @@ impl Driver {
             log_window: Instant::now(),
             log_lines: 0,
             log_suppressed: 0,
+            next_stall_check: None,
         }
     }
 
     pub(crate) async fn run(mut self) {
         let mut recv = vec![0u8; 2048];
         loop {
-            let deadline = self
-                .endpoint
-                .poll_timeout()
+            let deadline = [self.endpoint.poll_timeout(), self.next_stall_check]
+                .into_iter()
+                .flatten()
+                .min()
                 .map(tokio::time::Instant::from_std);
             let sleep = async {
                 match deadline {
@@ -129,6 +135,9 @@ impl Driver {
                 () = sleep => {}
             }
             self.endpoint.handle_timeout(Instant::now());
+            if self.next_stall_check.is_some_and(|t| Instant::now() >= t) {
+                self.check_stalls(Instant::now());
+            }
             self.flush().await;
             if let Some(stop) = self.stop_deadline {
                 if self.endpoint.stats().connections == 0 || Instant::now() >= stop {
@@ -221,6 +230,14 @@ impl Driver {
                 }
             }
             Command::SetOwner { key, pid } => self.set_owner(key, pid),
+            Command::Resume { key } => {
+                if let Some(&id) = self.keys.get(&key) {
+                    self.endpoint.set_receive_paused(now, id, false);
+                    if let Some(slot) = self.conns.get_mut(&id) {
+                        slot.stall = None;
+                    }
+                }
+            }
             Command::Connect { conn, addr, owner } => match self.endpoint.connect(now, addr) {
                 Ok(id) => {
                     self.keys.insert(conn.key, id);
@@ -353,7 +370,7 @@ impl Driver {
         for h in held {
             match h {
                 Held::Message(payload, transit) => {
-                    res.undelivered.fetch_add(1, Ordering::Relaxed);
+                    count_delivery(&res, payload.len());
                     send_message(&mut self.env, &pid, &res, &payload, transit);
                 }
                 Held::Disconnect(reason) => {
@@ -364,6 +381,13 @@ impl Driver {
         }
         if done {
             self.forget(id);
+            return;
+        }
+        // Messages held before the owner was set count against its budget too.
+        let messages = res.undelivered.load(Ordering::SeqCst);
+        let bytes = res.undelivered_bytes.load(Ordering::SeqCst);
+        if res.flow_controlled.load(Ordering::Relaxed) && res.budget.exceeded(messages, bytes) {
+            self.pause(id);
         }
     }
 
@@ -455,19 +479,14 @@ impl Driver {
                 };
                 match slot.owner {
                     Some(pid) => {
-                        let pending = slot.res.undelivered.fetch_add(1, Ordering::Relaxed) + 1;
+                        let (messages, bytes) = count_delivery(&slot.res, payload.len());
                         send_message(&mut self.env, &pid, &slot.res, &payload, transit);
-                        if pending > self.max_pending
-                            && !slot.reported
-                            && slot.res.flow_controlled.load(Ordering::Relaxed)
+                        let res = &slot.res;
+                        if res.flow_controlled.load(Ordering::Relaxed)
+                            && res.budget.exceeded(messages, bytes)
+                            && !res.paused.load(Ordering::SeqCst)
                         {
-                            // The owner is hopelessly behind: stop feeding it (bounded memory).
-                            slot.reported = true;
-                            send_disconnect(&mut self.env, &pid, &slot.res, Reason::Overloaded);
-                            slot.res.closed.store(true, Ordering::Relaxed);
-                            self.endpoint.close(Instant::now(), conn);
-                            let max = self.max_pending;
-                            self.log(true, format!("closed an overloaded connection: its owner fell {max} messages behind"));
+                            self.pause(conn);
                         }
                     }
                     None if slot.held.len() < MAX_HELD => {
@@ -555,6 +574,79 @@ impl Driver {
         }
     }
 
+    /// Back-pressure: the owner of `conn` is over its delivery budget, so the connection
+    /// stops taking the peer's messages until `conn_delivered` brings it below half.
+    fn pause(&mut self, conn: ConnId) {
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let res = &slot.res;
+        res.paused.store(true, Ordering::SeqCst);
+        // Read the counts again after publishing `paused`: a `conn_delivered` that ran in
+        // between did not see it, so the owner may have caught up already.
+        let messages = res.undelivered.load(Ordering::SeqCst);
+        let bytes = res.undelivered_bytes.load(Ordering::SeqCst);
+        if res.budget.resumable(messages, bytes)
+            && res
+                .paused
+                .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            return;
+        }
+        let now = Instant::now();
+        slot.stall = Some((now, messages));
+        self.endpoint.set_receive_paused(now, conn, true);
+        self.next_stall_check.get_or_insert(now + STALL_CHECK);
+    }
+
+    /// Close the paused connections whose owner made no progress for the timeout; the
+    /// others keep waiting.
+    fn check_stalls(&mut self, now: Instant) {
+        let timeout = self.endpoint.config().timeout;
+        let mut stalled = Vec::new();
+        let mut waiting = false;
+        for (&id, slot) in &mut self.conns {
+            let Some((since, seen)) = slot.stall else {
+                continue;
+            };
+            let outstanding = slot.res.undelivered.load(Ordering::SeqCst);
+            if outstanding < seen {
+                slot.stall = Some((now, outstanding));
+                waiting = true;
+            } else if now.duration_since(since) >= timeout {
+                stalled.push(id);
+            } else {
+                waiting = true;
+            }
+        }
+        self.next_stall_check = waiting.then_some(now + STALL_CHECK);
+        for id in stalled {
+            self.overloaded(id, timeout);
+        }
+    }
+
+    /// The owner of `conn` handled nothing for `timeout` while messages waited: close it.
+    fn overloaded(&mut self, conn: ConnId, timeout: Duration) {
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        slot.stall = None;
+        if let (Some(pid), false) = (slot.owner, slot.reported) {
+            slot.reported = true;
+            send_disconnect(&mut self.env, &pid, &slot.res, Reason::Overloaded);
+        }
+        slot.res.closed.store(true, Ordering::Relaxed);
+        self.endpoint.close(Instant::now(), conn);
+        self.log(
+            true,
+            format!(
+                "closed an overloaded connection: its owner handled none of its messages for {} ms",
+                timeout.as_millis()
+            ),
+        );
+    }
+
     /// Send the owner `{:raknet_endpoint, ref, :log, level, text}`, rate-limited.
     fn log(&mut self, warning: bool, text: String) {
         let now = Instant::now();
@@ -613,8 +705,16 @@ impl Slot {
             receipts: HashMap::new(),
             reported: false,
             dropped: 0,
+            stall: None,
         }
     }
+}
+
+/// Count one more message of `size` bytes sent to the owner; returns the totals outstanding.
+fn count_delivery(res: &ConnResource, size: usize) -> (usize, usize) {
+    let messages = res.undelivered.fetch_add(1, Ordering::SeqCst) + 1;
+    let bytes = res.undelivered_bytes.fetch_add(size, Ordering::SeqCst) + size;
+    (messages, bytes)
 }
 
 /// `{:raknet, conn_ref, type, payload, transit_time}`: the first byte is the type.

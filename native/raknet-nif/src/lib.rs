@@ -239,13 +239,13 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
         buffers,
         max_send_bytes: endpoint.config().limits.max_send_queue_bytes,
         max_message_bytes: endpoint.config().limits.max_message_bytes,
+        budget: options.budget,
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();
-    let max_pending = options.max_pending_deliveries;
     let driver = async move {
         let socket = tokio::net::UdpSocket::from_std(socket)?;
-        driver::Driver::new(endpoint, socket, rx, thread_me, owner, max_pending)
+        driver::Driver::new(endpoint, socket, rx, thread_me, owner)
             .run()
             .await;
         Ok::<(), std::io::Error>(())
@@ -456,14 +456,30 @@ fn conn_info(env: Env<'_>, conn: ResourceArc<ConnResource>) -> Term<'_> {
     }
 }
 
+/// The owner handled `count` more messages of `bytes` bytes in all (type bytes included).
+/// When that brings a paused connection below half its budget, it resumes.
 #[rustler::nif]
-fn conn_delivered(conn: ResourceArc<ConnResource>, count: usize) -> Atom {
+fn conn_delivered(conn: ResourceArc<ConnResource>, count: usize, bytes: usize) -> Atom {
     conn.flow_controlled.store(true, Ordering::Relaxed);
-    let _ = conn
+    let sub = |n: usize, by: usize| Some(n.saturating_sub(by));
+    let messages = conn
         .undelivered
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            Some(n.saturating_sub(count))
-        });
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| sub(n, count))
+        .map_or(0, |before| before.saturating_sub(count));
+    let bytes = conn
+        .undelivered_bytes
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| sub(n, bytes))
+        .map_or(0, |before| before.saturating_sub(bytes));
+    // Paused is set before the endpoint thread re-reads the counts, and cleared by exactly
+    // one side: either this call sees it and resumes, or that thread sees the new counts.
+    if conn.budget.resumable(messages, bytes)
+        && conn
+            .paused
+            .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
+        let _ = conn.tx.send(Command::Resume { key: conn.key });
+    }
     atoms::ok()
 }
 

@@ -12,6 +12,27 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::command::Command;
 
+/// How far a flow-controlled owner may fall behind: messages sent to its mailbox and not
+/// yet confirmed with `conn_delivered`, and their bytes. Past either, the connection stops
+/// taking the peer's messages (back-pressure) until the owner is below half of both.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeliveryBudget {
+    pub(crate) messages: usize,
+    pub(crate) bytes: usize,
+}
+
+impl DeliveryBudget {
+    /// Whether `messages` / `bytes` outstanding are over the budget.
+    pub(crate) fn exceeded(&self, messages: usize, bytes: usize) -> bool {
+        messages > self.messages || bytes > self.bytes
+    }
+
+    /// Whether an owner this far behind has caught up enough to resume.
+    pub(crate) fn resumable(&self, messages: usize, bytes: usize) -> bool {
+        messages <= self.messages / 2 && bytes <= self.bytes / 2
+    }
+}
+
 /// An endpoint: its command channel and what `endpoint_info` needs without asking.
 pub(crate) struct EndpointResource {
     pub(crate) tx: UnboundedSender<Command>,
@@ -24,12 +45,18 @@ pub(crate) struct EndpointResource {
     /// The engine's limits that `conn_send` checks before enqueueing.
     pub(crate) max_send_bytes: usize,
     pub(crate) max_message_bytes: usize,
+    pub(crate) budget: DeliveryBudget,
 }
 
 impl EndpointResource {
     /// A handle for a new connection of this endpoint (accepted or connecting out).
     pub(crate) fn new_conn(&self) -> ConnResource {
-        ConnResource::new(self.tx.clone(), self.max_send_bytes, self.max_message_bytes)
+        ConnResource::new(
+            self.tx.clone(),
+            self.max_send_bytes,
+            self.max_message_bytes,
+            self.budget,
+        )
     }
 
     /// Whether this endpoint's socket can send to `ip`.
@@ -63,6 +90,12 @@ pub(crate) struct ConnResource {
     pub(crate) backlog: AtomicUsize,
     /// Messages sent to the owner and not yet confirmed with `conn_delivered`.
     pub(crate) undelivered: AtomicUsize,
+    /// Their bytes (type byte included).
+    pub(crate) undelivered_bytes: AtomicUsize,
+    /// Receiving is paused because the owner is over its budget. Whoever clears it (the
+    /// endpoint thread, or `conn_delivered` on a scheduler) resumes the connection.
+    pub(crate) paused: AtomicBool,
+    pub(crate) budget: DeliveryBudget,
     /// Whether the owner takes part in flow control (it called `conn_set_owner` or
     /// `conn_delivered`); only then is the delivery budget enforced.
     pub(crate) flow_controlled: AtomicBool,
@@ -72,7 +105,12 @@ pub(crate) struct ConnResource {
 }
 
 impl ConnResource {
-    fn new(tx: UnboundedSender<Command>, max_send_bytes: usize, max_message_bytes: usize) -> Self {
+    fn new(
+        tx: UnboundedSender<Command>,
+        max_send_bytes: usize,
+        max_message_bytes: usize,
+        budget: DeliveryBudget,
+    ) -> Self {
         Self {
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             tx,
@@ -81,6 +119,9 @@ impl ConnResource {
             pending_bytes: AtomicUsize::new(0),
             backlog: AtomicUsize::new(0),
             undelivered: AtomicUsize::new(0),
+            undelivered_bytes: AtomicUsize::new(0),
+            paused: AtomicBool::new(false),
+            budget,
             flow_controlled: AtomicBool::new(false),
             max_send_bytes,
             max_message_bytes,

@@ -16,6 +16,7 @@ use crate::addr;
 use crate::clock::ClockSync;
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
+
 use crate::congestion::{Controller, Pacer, SlidingWindow};
 use crate::datagram::{
     Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
@@ -37,6 +38,19 @@ use crate::send::flight::{Flight, ReceiptOutcome, Sent};
 use crate::send::queue::{Priority, ReceiptId, SendOptions, SendQueue};
 use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
 use crate::stats::ConnectionStats;
+
+/// Datagram numbers remembered for NAKing when back-pressure ends.
+const MAX_REFUSED_WHILE_PAUSED: usize = 4096;
+
+/// Whether `frame` carries one of the protocol's own messages (IDs below `ID_TIMESTAMP`):
+/// back-pressure never refuses those. A split frame is always application data.
+fn is_internal(frame: &Frame) -> bool {
+    frame.split.is_none()
+        && frame
+            .payload
+            .first()
+            .is_some_and(|&id| id < crate::message::id::TIMESTAMP)
+}
 
 /// Which side opened the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +151,11 @@ pub(crate) struct Connection {
     /// Recently sent ACK ranges, repeated in the next ACKs (lost ACKs cost no resends).
     ack_repeats: AckRepeats,
     naks: PendingRanges,
+    /// Back-pressure from the application: refuse reliable frames, drop unreliable ones.
+    paused: bool,
+    /// Datagrams left unacknowledged while paused, NAKed on resuming so that the peer sends
+    /// them again at once instead of after its retransmission timeout. Bounded.
+    refused_while_paused: Vec<DatagramSeq>,
     ack_timestamp: Option<u32>,
     reliable: ReliableWindow,
     reassembly: Reassembly,
@@ -217,6 +236,8 @@ impl Connection {
             acks: PendingRanges::default(),
             ack_repeats: AckRepeats::default(),
             naks: PendingRanges::default(),
+            paused: false,
+            refused_while_paused: Vec::new(),
             ack_timestamp: None,
             reassembly: Reassembly::default(),
             channels: (0..ORDERING_CHANNELS)
@@ -639,7 +660,9 @@ impl Connection {
             match self.accept_frame(frame, &mut delivered) {
                 Ok(()) => {}
                 Err(None) => {
-                    self.stats.refused_over_limit += 1;
+                    if !self.paused {
+                        self.stats.refused_over_limit += 1;
+                    }
                     refused = true;
                 }
                 Err(Some(reason)) => {
@@ -650,6 +673,8 @@ impl Connection {
         }
         if !refused {
             self.acks.push(now, header.seq);
+        } else if self.paused && self.refused_while_paused.len() < MAX_REFUSED_WHILE_PAUSED {
+            self.refused_while_paused.push(header.seq);
         }
         for Delivered(payload) in delivered.drain(..) {
             self.on_message(now, payload);
@@ -669,6 +694,15 @@ impl Connection {
     ) -> Result<(), Option<DisconnectReason>> {
         let wire = frame.reliability.on_wire();
         let reliable = wire.is_reliable();
+        // Back-pressure spares the protocol's own messages (pings, disconnection notices).
+        if self.paused && !is_internal(&frame) {
+            if reliable {
+                self.stats.refused_paused += 1;
+                return Err(None);
+            }
+            self.stats.dropped_paused += 1;
+            return Ok(());
+        }
         if reliable {
             match self.reliable.check(frame.message_index) {
                 Check::Fresh => {}
@@ -850,6 +884,23 @@ impl Connection {
         }
         v.resize(n, addr::UNASSIGNED);
         v
+    }
+
+    /// Pause or resume taking the peer's messages (back-pressure from the application).
+    /// While paused, datagrams with reliable frames are left unacknowledged, so a sender's
+    /// congestion control backs off and resends them later, and unreliable messages are
+    /// dropped (counted). Resuming NAKs the datagrams refused meanwhile, so they come again
+    /// at once.
+    pub(crate) fn set_receive_paused(&mut self, now: Instant, paused: bool) {
+        if self.paused == paused {
+            return;
+        }
+        self.paused = paused;
+        if !paused {
+            for seq in std::mem::take(&mut self.refused_while_paused) {
+                self.naks.push(now, seq);
+            }
+        }
     }
 
     /// Strip an ID_TIMESTAMP prefix (unless configured not to) and compute the message's

@@ -313,6 +313,17 @@ impl Endpoint {
         Arc::make_mut(&mut self.config).offline_ping_response = data;
     }
 
+    /// Back-pressure: while `paused`, the connection refuses the peer's reliable messages
+    /// (their datagrams stay unacknowledged, so the peer backs off and resends) and drops
+    /// unreliable ones; resuming asks the peer for what was refused at once (NAK). For an
+    /// application that cannot keep up with a fast sender. Unknown ids are ignored.
+    pub fn set_receive_paused(&mut self, now: Instant, id: ConnId, paused: bool) {
+        if let Some(c) = self.conn_mut(id) {
+            c.set_receive_paused(now, paused);
+        }
+        self.touch(id);
+    }
+
     /// Refuse everything from `ip` (answered with 0x17) until [`Endpoint::unban`].
     pub fn ban(&mut self, ip: IpAddr) {
         self.banned.insert(ip);

@@ -44,6 +44,11 @@ pub struct ConnectionStats {
     pub malformed: u64,
     /// Frames refused because a receive limit was reached (left unacknowledged).
     pub refused_over_limit: u64,
+    /// Reliable frames refused while the application had receiving paused (back-pressure:
+    /// left unacknowledged, so the peer slows down and sends them again).
+    pub refused_paused: u64,
+    /// Unreliable messages dropped while the application had receiving paused.
+    pub dropped_paused: u64,
     /// Datagrams ignored as implausibly far ahead.
     pub garbage_datagrams: u64,
     /// ACK/NAK numbers ignored beyond `max_ack_numbers`.

@@ -1,0 +1,84 @@
+defmodule RakNet.BackpressureTest do
+  # A handler slower than its peer slows the peer down instead of losing it.
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.GateClient
+
+  defp start_server(opts) do
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+
+    spec = RakNet.Server.child_spec([GateClient, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    RakNet.Server.info(server).ipv4_port
+  end
+
+  # Polls `fun` every 10 ms until it returns a truthy value, for at most `ms`.
+  defp eventually(fun, ms \\ 5_000) do
+    deadline = System.monotonic_time(:millisecond) + ms
+
+    Stream.repeatedly(fn ->
+      receive do
+      after
+        10 -> fun.()
+      end
+    end)
+    |> Enum.find(fn value -> value || System.monotonic_time(:millisecond) > deadline end)
+  end
+
+  test "a burst to a blocked handler is held back, then delivered completely and in order" do
+    port = start_server(max_pending_deliveries: 16, max_pending_bytes: 65_536)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:gate_new, handler}, 5_000
+    n = 3_000
+
+    # The first message blocks the handler; then the burst.
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, 0::32, 0::800>>)
+    assert_receive {:gate_blocked, ^handler}, 5_000
+
+    for i <- 1..n do
+      {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32, 0::800>>)
+    end
+
+    # The handler is stuck: the server stops taking the client's messages (they stay
+    # unacknowledged) instead of filling the mailbox or closing the connection.
+    paused =
+      eventually(fn ->
+        {:ok, %{stats: stats}} = Connection.info(handler)
+        stats.refused_paused > 0 && stats
+      end)
+
+    assert paused, "the server never paused the connection"
+    {:messages, queued} = Process.info(handler, :messages)
+    assert length(queued) < 200
+
+    send(handler, :open_gate)
+
+    for i <- 0..n do
+      assert_receive {:gate_got, 0x86, <<^i::32, _::binary>>}, 10_000
+    end
+
+    refute_received {:gate_disconnect, _, _}
+    refute_received {:raknet_disconnect, ^conn, _}
+    assert {:ok, %{stats: %{messages_in: messages_in}}} = Connection.info(handler)
+    assert messages_in >= n + 1
+  end
+
+  test "a handler that makes no progress for the timeout is closed as overloaded" do
+    port = start_server(max_pending_deliveries: 16, client_timeout_ms: 1_000)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:gate_new, handler}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, 0::32>>)
+    assert_receive {:gate_blocked, ^handler}, 5_000
+
+    # More than one receive batch of the server, so that it pauses and refuses some: the
+    # client keeps resending those and is never silent (which the timeout would close as
+    # :timeout instead).
+    for i <- 1..3_000,
+        do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32, 0::800>>)
+
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    send(handler, :open_gate)
+    assert_receive {:gate_disconnect, ^handler, :overloaded}, 5_000
+  end
+end
