@@ -17,6 +17,17 @@ defmodule RakNet.Interop.OfficialTest do
     {pid, RakNet.Server.info(pid).ipv4_port}
   end
 
+  test "the official client's burst is echoed completely, in order, through back-pressure" do
+    # A tiny delivery budget: the handler's mailbox passes it many times, so the server has
+    # to pause the official client (leave its datagrams unacknowledged) instead of dropping
+    # it; every message must still come back in order and the connection must stay up.
+    {_server, port} = start_server(max_pending_deliveries: 64, max_pending_bytes: 65_536)
+    summary = Official.burst(port, 20_000, 64)
+    # CLOSED no: the server never hung up on it (the client disconnects itself at the end).
+    assert summary =~ ~r/^ECHOED 20000 IN_ORDER yes RATE \d+ CLOSED no$/, summary
+    assert_receive {:client_new, _server_side}, 5_000
+  end
+
   for protocol <- [6, 11] do
     test "the official client exchanges every reliability with RakNet.Server at protocol #{protocol}" do
       {_server, port} = start_server([])

@@ -37,6 +37,26 @@ defmodule RakNet.Test.Official do
   end
 
   @doc """
+  Runs `official_sender.py burst`: the official client queues `count` numbered messages of
+  `size` bytes at once and reads the echoes; returns its summary line
+  (`"ECHOED n IN_ORDER yes|no RATE r CLOSED yes|no"`).
+  """
+  @spec burst(:inet.port_number(), pos_integer(), pos_integer()) :: String.t()
+  def burst(udp_port, count, size) do
+    args = [
+      Path.join(@peers, "official_sender.py"),
+      "burst",
+      "127.0.0.1",
+      Integer.to_string(udp_port),
+      Integer.to_string(count),
+      Integer.to_string(size)
+    ]
+
+    {out, _status} = System.cmd(python(), args, stderr_to_stdout: true)
+    out |> String.split("\n", trim: true) |> List.last()
+  end
+
+  @doc """
   Runs `official_client.py` (connects, sends every reliability at 16 B..100 KB, expects every
   message echoed) against `port` and returns its summary line.
   """
