@@ -69,6 +69,12 @@ defmodule RakNet.Native do
   @spec endpoint_stop(reference()) :: :ok
   def endpoint_stop(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
+  # Tests only: crash the endpoint's thread (it must have been started with
+  # `fault_injection: true`).
+  @doc false
+  @spec endpoint_inject_fault(reference()) :: :ok | {:error, :not_enabled}
+  def endpoint_inject_fault(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
+
   @doc false
   @spec conn_set_owner(reference(), pid()) :: :ok | {:error, :closed}
   def conn_set_owner(_conn, _pid), do: :erlang.nif_error(:nif_not_loaded)

@@ -219,8 +219,12 @@ defmodule RakNet.Server.Listener do
 
   @impl GenServer
   def handle_call(:info, _from, state) do
+    # An endpoint that cannot answer (its thread just ended) is left out, never a crash here.
     infos =
-      for {family, endpoint} <- state.endpoints, do: {family, Native.endpoint_info(endpoint)}
+      for {family, endpoint} <- state.endpoints,
+          info = endpoint_info(endpoint),
+          is_map(info),
+          do: {family, info}
 
     port = fn family -> infos |> Keyword.get(family, %{}) |> Map.get(:port) end
     count = DynamicSupervisor.count_children(connections(state)).active
@@ -269,7 +273,25 @@ defmodule RakNet.Server.Listener do
     {:noreply, state}
   end
 
-  def handle_info({:raknet_endpoint, _endpoint, :stopped}, state), do: {:noreply, state}
+  # An endpoint stopped although nobody asked (its thread crashed; the runtime has told every
+  # connection process with {:raknet_disconnect, conn, :endpoint_down}): the listener stops so
+  # that the server's supervisor starts it again with fresh sockets, or gives up if that keeps
+  # happening (its restart intensity), taking the server down with it.
+  def handle_info({:raknet_endpoint, endpoint, :stopped}, state) do
+    case List.keyfind(state.endpoints, endpoint, 1) do
+      {family, ^endpoint} ->
+        Logger.error("raknet: the #{family} endpoint of port #{state.config.port} stopped",
+          raknet_port: state.config.port
+        )
+
+        endpoints = List.keydelete(state.endpoints, endpoint, 1)
+        {:stop, {:shutdown, {:endpoint_down, family}}, %{state | endpoints: endpoints}}
+
+      nil ->
+        {:noreply, state}
+    end
+  end
+
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
   def handle_info(_other, state), do: {:noreply, state}
 
@@ -290,6 +312,12 @@ defmodule RakNet.Server.Listener do
     end
 
     :ok
+  end
+
+  defp endpoint_info(endpoint) do
+    Native.endpoint_info(endpoint)
+  rescue
+    _ -> nil
   end
 
   # The connection supervisor is the listener's elder sibling; found on first use, once the

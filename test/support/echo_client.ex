@@ -220,3 +220,31 @@ defimpl RakNet.Client, for: RakNet.Test.GateClient do
 
   def disconnect(client), do: disconnect(client, nil)
 end
+
+defmodule RakNet.Test.RaisingClient do
+  @moduledoc """
+  A handler that raises in the callback named by its `client_data` (`{test_pid, callback}`):
+  `:new`, `:receive`, `:got_ack` or `:disconnect`; the other callbacks report to the test.
+  """
+  defstruct connection: nil, test: nil, raise_in: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.RaisingClient do
+  def new(_client, connection_pid, {test, raise_in}) do
+    send(test, {:raising_new, connection_pid})
+    if raise_in == :new, do: raise("raised in new/3")
+    %RakNet.Test.RaisingClient{connection: connection_pid, test: test, raise_in: raise_in}
+  end
+
+  def receive(%{raise_in: :receive}, _type, _buffer, _transit), do: raise("raised in receive/4")
+
+  def receive(client, _type, _buffer, _transit) do
+    # Ask for a receipt, so that got_ack/2 runs.
+    RakNet.Connection.send(client.connection, :reliable_ack_receipt, <<0x86, "ack me">>)
+  end
+
+  def got_ack(%{raise_in: :got_ack}, _id), do: raise("raised in got_ack/2")
+  def got_ack(client, id), do: send(client.test, {:raising_ack, client.connection, id})
+  def disconnect(%{raise_in: :disconnect}), do: raise("raised in disconnect/1")
+  def disconnect(client), do: send(client.test, {:raising_disconnect, client.connection})
+end

@@ -65,6 +65,8 @@ rustler::atoms! {
     shutdown,
     owner_down,
     overloaded,
+    endpoint_down,
+    not_enabled,
     limit_exceeded,
     split_parts,
     message_bytes,

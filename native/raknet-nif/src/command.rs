@@ -48,4 +48,6 @@ pub(crate) enum Command {
         reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
     },
     Stop,
+    /// Tests only: panic on the endpoint's thread (if the endpoint allows it).
+    InjectPanic,
 }

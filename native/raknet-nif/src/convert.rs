@@ -18,6 +18,7 @@ pub(crate) struct EndpointOptions {
     pub(crate) dual_stack: bool,
     /// Run on the node's shared client thread instead of a thread of its own.
     pub(crate) shared_thread: bool,
+    pub(crate) fault_injection: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
 }
@@ -85,6 +86,8 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         bind: SocketAddr::new(ip, port),
         dual_stack,
         shared_thread: get::<bool>(map, "shared_thread").unwrap_or(false),
+        // Tests only: lets `endpoint_inject_fault` crash this endpoint's thread.
+        fault_injection: get::<bool>(map, "fault_injection").unwrap_or(false),
         config,
         budget: crate::resource::DeliveryBudget {
             messages: get::<usize>(map, "max_pending_deliveries")?.max(16),
@@ -170,6 +173,7 @@ pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
             _ => atoms::internal_error().encode(env),
         },
         Reason::Overloaded => atoms::overloaded().encode(env),
+        Reason::EndpointDown => atoms::endpoint_down().encode(env),
     }
 }
 
@@ -222,6 +226,8 @@ pub(crate) fn connection_info<'a>(
 pub(crate) enum Reason {
     Engine(DisconnectReason),
     Overloaded,
+    /// The endpoint's thread ended without closing the connection (it panicked).
+    EndpointDown,
 }
 
 /// The engine's connection counters as a map with atom keys.

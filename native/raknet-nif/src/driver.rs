@@ -276,6 +276,10 @@ impl Driver {
                 };
                 let _ = reply.try_send(saved.map(|s| (env, s)));
             }
+            Command::InjectPanic if self.me.fault_injection => {
+                panic!("fault injected by endpoint_inject_fault")
+            }
+            Command::InjectPanic => {}
             Command::Stop => {
                 if self.stop_deadline.is_none() {
                     self.endpoint.shutdown(now);
@@ -691,6 +695,30 @@ impl Driver {
         let _ = self.env.send_and_clear(&self.owner, |env| {
             (atoms::raknet_endpoint(), me, atoms::stopped()).encode(env)
         });
+    }
+}
+
+/// However the endpoint's thread ends (a panic unwinds through here too), no connection is
+/// left without word: every owner not yet told gets `{:raknet_disconnect, conn,
+/// :endpoint_down}` and every handle fails fast from now on.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let mut env = OwnedEnv::new();
+        for slot in self.conns.values() {
+            slot.res.closed.store(true, Ordering::Relaxed);
+            let Some(pid) = slot.owner.filter(|_| !slot.reported) else {
+                continue;
+            };
+            if slot.role == Role::Client && !slot.connected {
+                let res = slot.res.clone();
+                let _ = env.send_and_clear(&pid, |env| {
+                    let why = convert::disconnect_reason(env, &Reason::EndpointDown);
+                    (atoms::raknet_connect_failed(), res, why).encode(env)
+                });
+            } else {
+                send_disconnect(&mut env, &pid, &slot.res, Reason::EndpointDown);
+            }
+        }
     }
 }
 

@@ -240,6 +240,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
         max_send_bytes: endpoint.config().limits.max_send_queue_bytes,
         max_message_bytes: endpoint.config().limits.max_message_bytes,
         budget: options.budget,
+        fault_injection: options.fault_injection,
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();
@@ -293,6 +294,17 @@ fn endpoint_set_offline_ping_response(
 fn endpoint_stop(endpoint: ResourceArc<EndpointResource>) -> Atom {
     let _ = endpoint.tx.send(Command::Stop);
     atoms::ok()
+}
+
+/// Tests only: make the endpoint's thread panic, as a bug would, to test recovery. Refused
+/// (`{:error, :not_enabled}`) unless the endpoint was started with `fault_injection: true`.
+#[rustler::nif]
+fn endpoint_inject_fault(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<'_> {
+    if !endpoint.fault_injection {
+        return error(env, atoms::not_enabled());
+    }
+    let _ = endpoint.tx.send(Command::InjectPanic);
+    atoms::ok().encode(env)
 }
 
 /// Resolve a host given as an IP literal or `localhost` (names are resolved in Elixir).

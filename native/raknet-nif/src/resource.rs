@@ -46,6 +46,8 @@ pub(crate) struct EndpointResource {
     pub(crate) max_send_bytes: usize,
     pub(crate) max_message_bytes: usize,
     pub(crate) budget: DeliveryBudget,
+    /// Whether `endpoint_inject_fault` may crash this endpoint (tests only).
+    pub(crate) fault_injection: bool,
 }
 
 impl EndpointResource {

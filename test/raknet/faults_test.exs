@@ -1,0 +1,162 @@
+defmodule RakNet.FaultsTest do
+  # Faults anywhere (a crashed endpoint thread, killed or raising connection processes) end
+  # what they must and nothing more: the VM, the server and other connections carry on.
+  use ExUnit.Case, async: false
+
+  alias RakNet.{Connection, Native}
+  alias RakNet.Test.{EchoClient, RaisingClient}
+
+  defp start_server(module, opts \\ []) do
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+
+    spec = RakNet.Server.child_spec([module, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  defp listener(server) do
+    Enum.find_value(Supervisor.which_children(server), fn
+      {RakNet.Server.Listener, pid, _, _} -> pid
+      _ -> nil
+    end)
+  end
+
+  @tag :capture_log
+  test "a panic on an endpoint's thread tells every connection owner, and only that endpoint dies" do
+    opts =
+      RakNet.Server.Config.new(EchoClient, 0, ip: "127.0.0.1", open_ipv6_socket: false)
+      |> RakNet.Server.Config.to_native(:inet)
+      |> Map.put(:fault_injection, true)
+
+    {:ok, endpoint} = Native.endpoint_start(opts, self())
+    %{port: port} = Native.endpoint_info(endpoint)
+    {:ok, client} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+    :ok = Native.conn_set_owner(conn, self())
+
+    assert :ok = Native.endpoint_inject_fault(endpoint)
+    assert_receive {:raknet_disconnect, ^conn, :endpoint_down}, 5_000
+    assert_receive {:raknet_endpoint, ^endpoint, :log, :error, text}, 5_000
+    assert text =~ "panicked: fault injected"
+    assert_receive {:raknet_endpoint, ^endpoint, :stopped}, 5_000
+    assert Native.conn_send(conn, :reliable, 0, :high, <<0x86>>) == {:error, :closed}
+    assert Native.endpoint_info(endpoint) == {:error, :closed}
+
+    # Other endpoints (this node's client endpoint, a new server) are untouched.
+    {_server, port2} = start_server(EchoClient)
+    {conn2, _} = {RakNet.connect("127.0.0.1", port2), nil}
+    assert {:ok, conn2} = conn2
+    {:ok, nil} = Connection.send(conn2, :reliable, <<0x86, "alive">>)
+    assert_receive {:raknet, ^conn2, 0x86, "alive", _}, 5_000
+    Connection.close(client)
+  end
+
+  test "fault injection is refused unless the endpoint allows it" do
+    opts =
+      RakNet.Server.Config.new(EchoClient, 0, ip: "127.0.0.1", open_ipv6_socket: false)
+      |> RakNet.Server.Config.to_native(:inet)
+
+    {:ok, endpoint} = Native.endpoint_start(opts, self())
+    assert Native.endpoint_inject_fault(endpoint) == {:error, :not_enabled}
+    assert %{port: _} = Native.endpoint_info(endpoint)
+  end
+
+  @tag :capture_log
+  test "a server whose endpoint stops unexpectedly restarts its listener and serves again" do
+    {server, port} = start_server(EchoClient)
+    {conn, server_side} = {elem(RakNet.connect("127.0.0.1", port), 1), nil}
+    assert_receive {:client_new, server_side}, 5_000
+    old_listener = listener(server)
+    [{:inet, endpoint}] = :sys.get_state(old_listener).endpoints
+    ref = Process.monitor(old_listener)
+
+    # As if the thread had ended by itself: the listener did not ask for it.
+    Native.endpoint_stop(endpoint)
+
+    assert_receive {:DOWN, ^ref, :process, ^old_listener, {:shutdown, {:endpoint_down, :inet}}},
+                   5_000
+
+    assert_receive {:client_disconnect, ^server_side}, 5_000
+    assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+
+    # The supervisor started a new listener with a fresh socket (port 0: a new port).
+    new_listener = listener(server)
+    assert is_pid(new_listener) and new_listener != old_listener
+    %{ipv4_port: new_port, connections: 0} = RakNet.Server.info(server)
+    {:ok, conn} = RakNet.connect("127.0.0.1", new_port)
+    {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "again">>)
+    assert_receive {:raknet, ^conn, 0x86, "again", _}, 5_000
+  end
+
+  test "info/1 leaves out an endpoint that cannot answer instead of crashing the listener" do
+    {server, port} = start_server(EchoClient)
+    listener = listener(server)
+
+    dead_opts =
+      RakNet.Server.Config.new(EchoClient, 0, ipv6_ip: "::1", open_ipv4_socket: false)
+      |> RakNet.Server.Config.to_native(:inet6)
+
+    {:ok, dead} = Native.endpoint_start(dead_opts, spawn(fn -> :ok end))
+    # Its owner is gone: the endpoint shuts down.
+    Stream.repeatedly(fn -> Native.endpoint_info(dead) end)
+    |> Enum.find(&match?({:error, :closed}, &1))
+
+    :sys.replace_state(listener, fn s -> %{s | endpoints: s.endpoints ++ [{:inet6, dead}]} end)
+
+    assert %{ipv4_port: ^port, ipv6_port: nil, endpoints: [_one]} = RakNet.Server.info(server)
+    assert Process.alive?(listener)
+  end
+
+  @tag :capture_log
+  test "a killed connection process closes its connection; the peer and the server carry on" do
+    {server, port} = start_server(EchoClient)
+    {:ok, victim} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, victim_side}, 5_000
+    {:ok, survivor} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+
+    Process.exit(victim_side, :kill)
+    assert_receive {:raknet_disconnect, ^victim, :peer_closed}, 5_000
+    assert Connection.send(victim_side, :reliable, <<0x86>>) == {:error, :closed}
+
+    {:ok, nil} = Connection.send(survivor, :reliable, <<0x86, "ok">>)
+    assert_receive {:raknet, ^survivor, 0x86, "ok", _}, 5_000
+    assert RakNet.Server.info(server).connections == 1
+  end
+
+  for callback <- [:new, :receive, :got_ack, :disconnect] do
+    @tag :capture_log
+    test "raising in #{callback} ends that connection only" do
+      callback = unquote(callback)
+      {server, port} = start_server(RaisingClient, client_data: {self(), callback})
+      {:ok, conn} = RakNet.connect("127.0.0.1", port)
+      assert_receive {:raising_new, pid}, 5_000
+      ref = Process.monitor(pid)
+
+      case callback do
+        :new ->
+          :ok
+
+        :disconnect ->
+          # The peer closes; disconnect/1 raises while the process ends anyway.
+          :ok = Connection.close(conn)
+
+        _ ->
+          {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "go">>)
+      end
+
+      assert_receive {:DOWN, ^ref, :process, ^pid, reason}, 5_000
+      assert {%RuntimeError{message: "raised in " <> _}, _stack} = reason
+
+      unless callback == :disconnect do
+        assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+      end
+
+      # The server serves the next client.
+      {:ok, other} = RakNet.connect("127.0.0.1", port)
+      assert_receive {:raising_new, _}, 5_000
+      assert %{connections: _} = RakNet.Server.info(server)
+      Connection.close(other)
+    end
+  end
+end
