@@ -396,6 +396,7 @@ defmodule RakNet.ServerTest do
           {[use_cookies: "true"], ":use_cookies must be a boolean"},
           {[max_pending_deliveries: 15], ":max_pending_deliveries must be an integer >= 16"},
           {[max_pending_bytes: 1_000], ":max_pending_bytes must be an integer >= 65536"},
+          {[max_buffered_bytes: 1_000], ":max_buffered_bytes must be an integer >= 1048576"},
           {[open_ipv4_socket: false, open_ipv6_socket: false], "at least one of"},
           {[bogus: 1], "unknown option :bogus for RakNet.Server"},
           {[client_module: Other], "unknown option :client_module"},
@@ -498,6 +499,7 @@ defmodule RakNet.ServerTest do
                  :guid,
                  :max_pending_deliveries,
                  :max_pending_bytes,
+                 :max_buffered_bytes,
                  :advertised_ip,
                  :strip_timestamps
                ])

@@ -64,6 +64,12 @@ defmodule RakNet.Server.Config do
       ones are dropped and counted) until the process is down to half. Only a process that
       handles none of them for `:client_timeout_ms` gets its connection closed as
       `:overloaded`. Default `10_000`; at least 16.
+    * `:max_buffered_bytes` - the most bytes of peer data the server buffers for all its
+      connections of a socket together: split messages being reassembled and messages held
+      for ordering behind a gap (each connection also has its own 64 MiB bound). Beyond it
+      such data is refused (left unacknowledged, so peers resend it later), never
+      disconnected. Counted as `buffered_bytes` in `RakNet.Server.info/1`. Default
+      `536_870_912` (512 MiB); at least 1 MiB.
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
   """
@@ -88,6 +94,7 @@ defmodule RakNet.Server.Config do
           | {:use_cookies, boolean()}
           | {:max_pending_deliveries, pos_integer()}
           | {:max_pending_bytes, pos_integer()}
+          | {:max_buffered_bytes, pos_integer()}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -112,6 +119,7 @@ defmodule RakNet.Server.Config do
             use_cookies: false,
             max_pending_deliveries: 10_000,
             max_pending_bytes: 4_194_304,
+            max_buffered_bytes: 536_870_912,
             ignored_options: []
 
   @typedoc "A validated configuration."
@@ -306,6 +314,15 @@ defmodule RakNet.Server.Config do
         "an integer >= 65536 (bytes)"
       )
 
+  defp validate(:max_buffered_bytes, value),
+    do:
+      check(
+        :max_buffered_bytes,
+        value,
+        is_integer(value) and value >= 1_048_576,
+        "an integer >= 1048576 (bytes)"
+      )
+
   defp check(_key, value, true, _expected), do: value
 
   defp check(key, value, false, expected),
@@ -383,7 +400,8 @@ defmodule RakNet.Server.Config do
       use_cookies: c.use_cookies,
       guid: c.server_identifier,
       max_pending_deliveries: c.max_pending_deliveries,
-      max_pending_bytes: c.max_pending_bytes
+      max_pending_bytes: c.max_pending_bytes,
+      max_buffered_bytes: c.max_buffered_bytes
     }
   end
 end

@@ -73,6 +73,9 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         offline_ping_response: bytes::Bytes::copy_from_slice(offline.as_slice()),
         limits: Limits {
             max_connections,
+            // Optional: the engine's default unless given.
+            max_endpoint_buffered_bytes: get::<usize>(map, "max_buffered_bytes")
+                .unwrap_or(Limits::default().max_endpoint_buffered_bytes),
             ..Limits::default()
         },
         ..EndpointConfig::default()
@@ -261,6 +264,9 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("bytes_in_flight", s.bytes_in_flight as u64),
         ("reassembly_bytes", s.reassembly_bytes as u64),
         ("held_for_ordering", s.held_for_ordering as u64),
+        ("held_bytes", s.held_bytes as u64),
+        ("splits_expired", s.splits_expired),
+        ("pongs_dropped", s.pongs_dropped),
         ("deliveries_dropped", dropped),
     ];
     map(env, &pairs)

@@ -306,6 +306,7 @@ impl Driver {
                     ("unknown_peer", s.unknown_peer),
                     ("malformed", s.malformed),
                     ("offline_queue_full", s.offline_queue_full),
+                    ("buffered_bytes", s.buffered_bytes as u64),
                     ("recv_buffer_bytes", self.me.buffers.0 as u64),
                     ("send_buffer_bytes", self.me.buffers.1 as u64),
                 ],

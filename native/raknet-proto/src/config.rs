@@ -16,9 +16,13 @@ pub struct Limits {
     /// messages are refused (their datagram is not acknowledged, so the sender retries).
     /// Default 64.
     pub max_concurrent_splits: usize,
-    /// Most bytes held in reassembly per connection; beyond it fragments are refused as
-    /// above. Default 64 MiB.
+    /// Most bytes of the peer's data a connection buffers: fragments in reassembly plus
+    /// messages held for ordering behind a gap. Beyond it such frames are refused as above
+    /// (a frame that is delivered at once never is). Default 64 MiB.
     pub max_reassembly_bytes: usize,
+    /// The same, for all the connections of an endpoint together: the memory a crowd of
+    /// peers can make it hold. Default 512 MiB.
+    pub max_endpoint_buffered_bytes: usize,
     /// Most bytes one reassembled message may have; a larger announced message is a
     /// violation. Default 32 MiB.
     pub max_message_bytes: usize,
@@ -54,6 +58,7 @@ impl Default for Limits {
             max_split_parts: 16_384,
             max_concurrent_splits: 64,
             max_reassembly_bytes: 64 << 20,
+            max_endpoint_buffered_bytes: 512 << 20,
             max_message_bytes: 32 << 20,
             max_held_per_channel: 4096,
             max_reliable_window: 65_536,

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,7 @@ use crate::message::{
     ConnectionRequestAccepted, NewIncomingConnection, OfflineMessage, OpenConnectionRequest1,
     OpenConnectionRequest2, Timestamped,
 };
-use crate::recv::ordering::{Channel, Outcome};
+use crate::recv::ordering::{Channel, Holdable, Outcome};
 use crate::recv::reassembly::{Reassembly, Refusal};
 use crate::recv::reliable::{Check, ReliableWindow};
 use crate::recv::window::{AckRepeats, Arrival, DatagramWindow, PendingRanges};
@@ -38,6 +39,50 @@ use crate::send::flight::{Flight, ReceiptOutcome, Sent};
 use crate::send::queue::{Priority, ReceiptId, SendOptions, SendQueue};
 use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
 use crate::stats::ConnectionStats;
+
+/// Connected pings answered per second at most (official pings every 5 s, go-raknet every
+/// 0.5 s), with bursts of [`PONG_BURST`].
+const PONGS_PER_SECOND: u32 = 10;
+const PONG_BURST: u32 = 20;
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved up.
+#[derive(Debug)]
+struct TokenBucket {
+    rate: u32,
+    burst: u32,
+    tokens: u32,
+    /// When the next token is due.
+    next: Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: u32, burst: u32, now: Instant) -> Self {
+        Self {
+            rate,
+            burst,
+            tokens: burst,
+            next: now,
+        }
+    }
+
+    /// Take a token if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        let period = Duration::from_secs(1) / self.rate.max(1);
+        while self.tokens < self.burst && now >= self.next {
+            self.tokens += 1;
+            self.next += period;
+        }
+        let Some(left) = self.tokens.checked_sub(1) else {
+            return false;
+        };
+        if self.tokens == self.burst {
+            // A full bucket earned nothing meanwhile: the next token is one period away.
+            self.next = now + period;
+        }
+        self.tokens = left;
+        true
+    }
+}
 
 /// Datagram numbers remembered for NAKing when back-pressure ends.
 const MAX_REFUSED_WHILE_PAUSED: usize = 4096;
@@ -117,6 +162,53 @@ const ACK_EVERY: usize = 16;
 /// Delivered message, before classification.
 struct Delivered(Bytes);
 
+impl Holdable for Delivered {
+    fn weight(&self) -> usize {
+        self.0.len()
+    }
+
+    fn detach(self) -> Self {
+        Delivered(Bytes::copy_from_slice(&self.0))
+    }
+}
+
+/// A connection's part of its endpoint's buffered-bytes total
+/// ([`crate::Limits::max_endpoint_buffered_bytes`]), given back when the connection goes.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryShare {
+    total: Arc<AtomicUsize>,
+    mine: usize,
+}
+
+impl MemoryShare {
+    pub(crate) fn new(total: Arc<AtomicUsize>) -> Self {
+        Self { total, mine: 0 }
+    }
+
+    /// The endpoint's total, this connection's share included.
+    fn total(&self) -> usize {
+        self.total.load(AtomicOrdering::Relaxed)
+    }
+
+    /// This connection now buffers `bytes`.
+    fn set(&mut self, bytes: usize) {
+        if bytes > self.mine {
+            self.total
+                .fetch_add(bytes - self.mine, AtomicOrdering::Relaxed);
+        } else {
+            self.total
+                .fetch_sub(self.mine - bytes, AtomicOrdering::Relaxed);
+        }
+        self.mine = bytes;
+    }
+}
+
+impl Drop for MemoryShare {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
 pub(crate) struct Connection {
     config: Arc<EndpointConfig>,
     role: Role,
@@ -153,6 +245,10 @@ pub(crate) struct Connection {
     naks: PendingRanges,
     /// Back-pressure from the application: refuse reliable frames, drop unreliable ones.
     paused: bool,
+    /// This connection's part of the endpoint's buffered bytes.
+    pub(crate) memory: MemoryShare,
+    /// Connected pongs we may still send: a peer flooding pings must not fill our queue.
+    pong_bucket: TokenBucket,
     /// Datagrams left unacknowledged while paused, NAKed on resuming so that the peer sends
     /// them again at once instead of after its retransmission timeout. Bounded.
     refused_while_paused: Vec<DatagramSeq>,
@@ -237,6 +333,8 @@ impl Connection {
             ack_repeats: AckRepeats::default(),
             naks: PendingRanges::default(),
             paused: false,
+            memory: MemoryShare::default(),
+            pong_bucket: TokenBucket::new(PONGS_PER_SECOND, PONG_BURST, now),
             refused_while_paused: Vec::new(),
             ack_timestamp: None,
             reassembly: Reassembly::default(),
@@ -371,6 +469,7 @@ impl Connection {
         s.bytes_in_flight = self.flight.bytes_in_flight;
         s.reassembly_bytes = self.reassembly.bytes();
         s.held_for_ordering = self.channels.iter().map(Channel::held).sum();
+        s.held_bytes = self.channels.iter().map(Channel::held_bytes).sum();
         s
     }
 
@@ -599,7 +698,10 @@ impl Connection {
                 });
                 self.flush_receipts();
             }
-            Ok(Datagram::Data { header, body }) => self.handle_data(now, header, body),
+            Ok(Datagram::Data { header, body }) => {
+                self.handle_data(now, header, body);
+                self.memory.set(self.buffered_bytes());
+            }
         }
     }
 
@@ -657,7 +759,7 @@ impl Connection {
                 refused = true;
                 break;
             };
-            match self.accept_frame(frame, &mut delivered) {
+            match self.accept_frame(now, frame, &mut delivered) {
                 Ok(()) => {}
                 Err(None) => {
                     if !self.paused {
@@ -689,6 +791,7 @@ impl Connection {
     /// refuses it for now (leave the datagram unacknowledged); `Err(Some(_))` closes.
     fn accept_frame(
         &mut self,
+        now: Instant,
         frame: Frame,
         out: &mut Vec<Delivered>,
     ) -> Result<(), Option<DisconnectReason>> {
@@ -718,10 +821,20 @@ impl Connection {
         if wire.uses_channel() && !self.channels[channel].can_take(frame.order_index, max_held) {
             return Err(None);
         }
+        // A frame that will wait (a fragment, or a message behind a gap) must fit in the
+        // connection's and the endpoint's receive budgets.
+        let waits = frame.split.is_some()
+            || (wire.uses_channel() && self.channels[channel].would_hold(frame.order_index));
+        if waits && !self.can_buffer(frame.payload.len()) {
+            return Err(None);
+        }
         let index = frame.message_index;
         let whole = match frame.split {
             None => Some(frame),
-            Some(split) => match self.reassembly.insert(frame, split, &self.config.limits) {
+            Some(split) => match self
+                .reassembly
+                .insert(now, frame, split, &self.config.limits)
+            {
                 Ok(whole) => whole,
                 Err(Refusal::Busy) => return Err(None),
                 Err(Refusal::Violation(limit)) => {
@@ -805,6 +918,10 @@ impl Connection {
                 self.establish(now);
             }
             (ConnectedMessage::ConnectedPing(ping), _) => {
+                if !self.pong_bucket.take(now) {
+                    self.stats.pongs_dropped += 1;
+                    return;
+                }
                 let pong = ConnectedPong {
                     ping_time: ping.time,
                     pong_time: now_ms,
@@ -886,6 +1003,18 @@ impl Connection {
         v
     }
 
+    /// Bytes of the peer's data this connection buffers: reassembly and ordering holds.
+    fn buffered_bytes(&self) -> usize {
+        self.reassembly.bytes() + self.channels.iter().map(Channel::held_bytes).sum::<usize>()
+    }
+
+    /// Whether `len` more buffered bytes fit in this connection's and its endpoint's budgets.
+    fn can_buffer(&self, len: usize) -> bool {
+        let limits = &self.config.limits;
+        self.buffered_bytes() + len <= limits.max_reassembly_bytes
+            && self.memory.total() + len <= limits.max_endpoint_buffered_bytes
+    }
+
     /// Pause or resume taking the peer's messages (back-pressure from the application).
     /// While paused, datagrams with reliable frames are left unacknowledged, so a sender's
     /// congestion control backs off and resends them later, and unreliable messages are
@@ -928,6 +1057,11 @@ impl Connection {
 
     /// Timers: resends, keepalive, timeouts, handshake attempts, closing.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        let expired = self.reassembly.expire(now, self.config.timeout);
+        if expired > 0 {
+            self.stats.splits_expired += expired as u64;
+            self.memory.set(self.buffered_bytes());
+        }
         match &self.state {
             State::Closed => return,
             State::Closing { deadline, reason } if now >= *deadline => return self.finish(*reason),

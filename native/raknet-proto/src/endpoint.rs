@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use bytes::Bytes;
 use crate::addr;
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
-use crate::connection::{ConnEvent, Connection, Peer, Role};
+use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::message::{
     AlreadyConnected, ConnectionBanned, IncompatibleProtocolVersion, NoFreeIncomingConnections,
@@ -157,6 +158,9 @@ pub struct EndpointStats {
     pub malformed: u64,
     /// Offline replies dropped because the reply queue was full.
     pub offline_queue_full: u64,
+    /// Bytes of peer data all connections buffer now (split reassembly, messages held for
+    /// ordering); bounded by [`crate::Limits::max_endpoint_buffered_bytes`].
+    pub buffered_bytes: usize,
 }
 
 #[derive(Debug)]
@@ -196,6 +200,8 @@ pub struct Endpoint {
     protocols: HashMap<SocketAddr, u8>,
     banned: HashSet<IpAddr>,
     stats: EndpointStats,
+    /// Bytes of peer data all connections buffer (reassembly and ordering holds).
+    buffered: Arc<AtomicUsize>,
 }
 
 impl Endpoint {
@@ -222,6 +228,7 @@ impl Endpoint {
             protocols: HashMap::new(),
             banned: HashSet::new(),
             stats: EndpointStats::default(),
+            buffered: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -241,6 +248,7 @@ impl Endpoint {
     pub fn stats(&self) -> EndpointStats {
         EndpointStats {
             connections: self.live,
+            buffered_bytes: self.buffered.load(std::sync::atomic::Ordering::Relaxed),
             ..self.stats
         }
     }
@@ -708,7 +716,8 @@ impl Endpoint {
         self.offline_out.push_back((to, msg.to_vec()));
     }
 
-    fn insert(&mut self, conn: Connection) -> ConnId {
+    fn insert(&mut self, mut conn: Connection) -> ConnId {
+        conn.memory = MemoryShare::new(self.buffered.clone());
         let addr = conn.addr();
         self.live += 1;
         let index = match self.free.pop() {

@@ -67,4 +67,10 @@ pub struct ConnectionStats {
     pub reassembly_bytes: usize,
     /// Messages held for ordering, over all channels.
     pub held_for_ordering: usize,
+    /// Bytes of the messages held for ordering, over all channels.
+    pub held_bytes: usize,
+    /// Partial split messages dropped after no fragment arrived for the timeout.
+    pub splits_expired: u64,
+    /// Connected pings not answered: the peer pinged faster than the pong budget.
+    pub pongs_dropped: u64,
 }

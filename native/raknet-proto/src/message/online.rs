@@ -24,14 +24,25 @@ fn expect_id(buf: &mut Bytes, expected: u8) -> Result<(), DecodeError> {
 /// Builds differ in how many internal addresses they send (official 10, Minecraft 20,
 /// X-Plane 30) and official readers silently misread any other count; reading up to the
 /// trailing times accepts all of them (go-raknet's approach, §6.3).
+///
+/// At most [`MAX_INTERNAL_ADDRESSES`] are kept (the rest are read and skipped): a peer could
+/// otherwise make one message, split up to many megabytes, decode into a vector of a
+/// million addresses.
 fn decode_internal_addresses(buf: &mut Bytes) -> Result<Vec<SocketAddr>, DecodeError> {
     let mut addrs = Vec::new();
     while buf.len() > TRAILING_TIMES_LEN {
-        addrs.push(addr::decode(buf)?);
+        let a = addr::decode(buf)?;
+        if addrs.len() < MAX_INTERNAL_ADDRESSES {
+            addrs.push(a);
+        }
     }
     buf.need(TRAILING_TIMES_LEN)?;
     Ok(addrs)
 }
+
+/// Internal addresses kept when decoding 0x10 / 0x13 (X-Plane's build sends 30, the most
+/// seen in the wild).
+pub(crate) const MAX_INTERNAL_ADDRESSES: usize = 64;
 
 fn addresses_len(addrs: &[SocketAddr]) -> usize {
     addrs.iter().map(addr::encoded_len).sum()

@@ -10,6 +10,16 @@ use std::collections::HashMap;
 
 use crate::seq::{OrderIndex, SequenceIndex};
 
+/// A message a channel can hold while it waits for a gap: its size is counted, and it is
+/// moved into a buffer of its own first.
+pub(crate) trait Holdable {
+    /// Bytes this message keeps alive.
+    fn weight(&self) -> usize;
+    /// The same message in a buffer of its own: a small message sliced out of a received
+    /// datagram would otherwise keep that whole datagram alive for as long as it waits.
+    fn detach(self) -> Self;
+}
+
 #[derive(Debug)]
 struct Held<T> {
     ordered: Option<T>,
@@ -44,6 +54,7 @@ pub(crate) struct Channel<T> {
     next_sequence: SequenceIndex,
     held: HashMap<u32, Held<T>>,
     held_count: usize,
+    held_bytes: usize,
 }
 
 impl<T> Default for Channel<T> {
@@ -53,11 +64,12 @@ impl<T> Default for Channel<T> {
             next_sequence: SequenceIndex::ZERO,
             held: HashMap::new(),
             held_count: 0,
+            held_bytes: 0,
         }
     }
 }
 
-impl<T> Channel<T> {
+impl<T: Holdable> Channel<T> {
     /// A channel expecting `first` as its first ordering index (tests of the 2^24 wrap).
     pub(crate) fn starting_at(first: OrderIndex) -> Self {
         Self {
@@ -69,6 +81,17 @@ impl<T> Channel<T> {
     /// Messages held waiting for a gap.
     pub(crate) fn held(&self) -> usize {
         self.held_count
+    }
+
+    /// Whether a message with ordering index `order` would wait (rather than be delivered
+    /// or dropped as stale).
+    pub(crate) fn would_hold(&self, order: OrderIndex) -> bool {
+        order != self.expected && order.is_after(self.expected)
+    }
+
+    /// Bytes of the messages held waiting for a gap.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.held_bytes
     }
 
     /// Whether a message with ordering index `order` would be taken: the expected one
@@ -95,15 +118,15 @@ impl<T> Channel<T> {
                 return Outcome::Full;
             }
             let slot = self.held.entry(order.get()).or_default();
+            if sequence.is_none() && slot.ordered.is_some() {
+                // Impossible with a sane peer (reliable frames are deduplicated).
+                return Outcome::Stale;
+            }
+            let msg = msg.detach();
+            self.held_bytes += msg.weight();
             match sequence {
                 Some(s) => slot.sequenced.push((s, msg)),
-                None => {
-                    if slot.ordered.is_some() {
-                        // Impossible with a sane peer (reliable frames are deduplicated).
-                        return Outcome::Stale;
-                    }
-                    slot.ordered = Some(msg);
-                }
+                None => slot.ordered = Some(msg),
             }
             self.held_count += 1;
             return Outcome::Held;
@@ -141,6 +164,12 @@ impl<T> Channel<T> {
     fn drain(&mut self, out: &mut Vec<T>) {
         while let Some(mut slot) = self.held.remove(&self.expected.get()) {
             self.held_count -= slot.sequenced.len() + usize::from(slot.ordered.is_some());
+            self.held_bytes -= slot
+                .sequenced
+                .iter()
+                .map(|(_, m)| m.weight())
+                .sum::<usize>()
+                + slot.ordered.as_ref().map_or(0, Holdable::weight);
             // Sequenced messages of an ordering index come before its ordered message.
             slot.sequenced.sort_by(|a, b| a.0.cmp_wrapping(b.0));
             for (s, msg) in slot.sequenced {
@@ -163,6 +192,33 @@ impl<T> Channel<T> {
 mod tests {
     use super::*;
 
+    impl Holdable for &'static str {
+        fn weight(&self) -> usize {
+            self.len()
+        }
+        fn detach(self) -> Self {
+            self
+        }
+    }
+
+    impl Holdable for i32 {
+        fn weight(&self) -> usize {
+            4
+        }
+        fn detach(self) -> Self {
+            self
+        }
+    }
+
+    impl Holdable for u32 {
+        fn weight(&self) -> usize {
+            4
+        }
+        fn detach(self) -> Self {
+            self
+        }
+    }
+
     fn o(n: u32) -> OrderIndex {
         OrderIndex::new(n)
     }
@@ -175,11 +231,12 @@ mod tests {
         let mut c = Channel::default();
         let mut out = Vec::new();
         assert_eq!(c.offer(o(1), None, "b", 10, &mut out), Outcome::Held);
-        assert_eq!(c.offer(o(2), None, "c", 10, &mut out), Outcome::Held);
+        assert_eq!(c.offer(o(2), None, "cc", 10, &mut out), Outcome::Held);
         assert!(out.is_empty());
+        assert_eq!(c.held_bytes(), 3, "held messages are weighed");
         assert_eq!(c.offer(o(0), None, "a", 10, &mut out), Outcome::Delivered);
-        assert_eq!(out, ["a", "b", "c"]);
-        assert_eq!(c.held(), 0);
+        assert_eq!(out, ["a", "b", "cc"]);
+        assert_eq!((c.held(), c.held_bytes()), (0, 0));
         assert_eq!(c.offer(o(1), None, "b", 10, &mut out), Outcome::Stale);
     }
 

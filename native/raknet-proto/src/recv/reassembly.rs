@@ -1,7 +1,13 @@
-//! Split-message reassembly, bounded in parts, concurrent messages and bytes
-//! (protocol reference §5.4 and §14 items 2-3).
+//! Split-message reassembly, bounded in parts, concurrent messages and bytes, with
+//! partial messages expiring when they stop making progress (protocol reference §5.4 and
+//! §14 items 2-3).
+//!
+//! Fragments are copied into buffers of their own: a fragment is a slice of its received
+//! datagram, so keeping the slice would keep the whole datagram alive, and a peer could pin
+//! a 1,500-byte datagram with every 1-byte fragment while the accounting read 1 byte.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
@@ -28,6 +34,8 @@ struct Partial {
     bytes: usize,
     /// The first fragment's header, which carries the message's delivery metadata.
     first: Frame,
+    /// When a new fragment last arrived.
+    progress: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -52,6 +60,7 @@ impl Reassembly {
     /// every fragment has arrived.
     pub(crate) fn insert(
         &mut self,
+        now: Instant,
         frame: Frame,
         split: SplitHeader,
         limits: &Limits,
@@ -83,6 +92,7 @@ impl Reassembly {
                 split: None,
                 ..frame.clone()
             },
+            progress: now,
         });
         if partial.count != split.count {
             return Err(Refusal::Inconsistent);
@@ -94,8 +104,11 @@ impl Reassembly {
             return Ok(None);
         }
         partial.bytes += len;
+        partial.progress = now;
         self.bytes += len;
-        partial.parts.insert(split.index, frame.payload);
+        partial
+            .parts
+            .insert(split.index, Bytes::copy_from_slice(&frame.payload));
         if partial.parts.len() < partial.count as usize {
             return Ok(None);
         }
@@ -112,12 +125,34 @@ impl Reassembly {
             ..done.first
         }))
     }
+
+    /// Drop the partial messages that got no new fragment for `idle`; returns how many. A
+    /// reliable message's fragments are resent until they arrive, so only a dead sender or
+    /// one that never meant to finish (unreliable fragments, a hostile peer) leaves one.
+    pub(crate) fn expire(&mut self, now: Instant, idle: Duration) -> usize {
+        let before = self.partials.len();
+        let mut freed = 0;
+        self.partials.retain(|_, p| {
+            let keep = now.saturating_duration_since(p.progress) < idle;
+            if !keep {
+                freed += p.bytes;
+            }
+            keep
+        });
+        self.bytes -= freed;
+        before - self.partials.len()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::reliability::Reliability;
+
+    fn t0() -> Instant {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *T0.get_or_init(Instant::now)
+    }
 
     fn frag(id: u16, index: u32, count: u32, data: &[u8]) -> (Frame, SplitHeader) {
         let split = SplitHeader { count, id, index };
@@ -131,13 +166,13 @@ mod tests {
         let limits = Limits::default();
         let mut r = Reassembly::default();
         let (f, s) = frag(7, 2, 3, b"ef");
-        assert_eq!(r.insert(f, s, &limits), Ok(None));
+        assert_eq!(r.insert(t0(), f, s, &limits), Ok(None));
         let (f, s) = frag(7, 0, 3, b"ab");
-        assert_eq!(r.insert(f.clone(), s, &limits), Ok(None));
-        assert_eq!(r.insert(f, s, &limits), Ok(None));
+        assert_eq!(r.insert(t0(), f.clone(), s, &limits), Ok(None));
+        assert_eq!(r.insert(t0(), f, s, &limits), Ok(None));
         assert_eq!(r.bytes(), 4);
         let (f, s) = frag(7, 1, 3, b"cd");
-        let whole = r.insert(f, s, &limits).unwrap().unwrap();
+        let whole = r.insert(t0(), f, s, &limits).unwrap().unwrap();
         assert_eq!(&whole.payload[..], b"abcdef");
         assert_eq!(whole.split, None);
         assert_eq!((r.len(), r.bytes()), (0, 0));
@@ -155,24 +190,59 @@ mod tests {
         let mut r = Reassembly::default();
         let (f, s) = frag(1, 0, 5, b"x");
         assert_eq!(
-            r.insert(f, s, &limits),
+            r.insert(t0(), f, s, &limits),
             Err(Refusal::Violation(Limit::SplitParts))
         );
         let (f, s) = frag(1, 0, 4, b"xxxx");
-        assert_eq!(r.insert(f, s, &limits), Ok(None));
+        assert_eq!(r.insert(t0(), f, s, &limits), Ok(None));
         let (f, s) = frag(2, 0, 2, b"y");
         assert_eq!(
-            r.insert(f, s, &limits),
+            r.insert(t0(), f, s, &limits),
             Err(Refusal::Busy),
             "one concurrent split"
         );
         let (f, s) = frag(1, 1, 3, b"x");
-        assert_eq!(r.insert(f, s, &limits), Err(Refusal::Inconsistent));
+        assert_eq!(r.insert(t0(), f, s, &limits), Err(Refusal::Inconsistent));
         let (f, s) = frag(1, 1, 4, b"xxx");
         assert_eq!(
-            r.insert(f, s, &limits),
+            r.insert(t0(), f, s, &limits),
             Err(Refusal::Violation(Limit::MessageBytes))
         );
         assert_eq!(r.bytes(), 4, "refused fragments hold nothing");
+    }
+
+    #[test]
+    fn fragments_do_not_pin_their_datagram() {
+        let limits = Limits::default();
+        let mut r = Reassembly::default();
+        let datagram = Bytes::from(vec![7u8; 1400]);
+        let split = SplitHeader {
+            count: 2,
+            id: 1,
+            index: 0,
+        };
+        let mut f = Frame::new(Reliability::ReliableOrdered, datagram.slice(100..101));
+        f.split = Some(split);
+        assert_eq!(r.insert(t0(), f, split, &limits), Ok(None));
+        // The reassembly keeps its own 1-byte copy, not a view of the 1,400-byte datagram.
+        assert!(datagram.is_unique(), "the datagram buffer is still shared");
+        assert_eq!(r.bytes(), 1);
+    }
+
+    #[test]
+    fn partial_messages_expire_without_progress() {
+        let limits = Limits::default();
+        let mut r = Reassembly::default();
+        let (f, s) = frag(1, 0, 3, b"ab");
+        r.insert(t0(), f, s, &limits).unwrap();
+        let (f, s) = frag(2, 0, 2, b"cd");
+        r.insert(t0() + Duration::from_secs(5), f, s, &limits)
+            .unwrap();
+        let idle = Duration::from_secs(10);
+        assert_eq!(r.expire(t0() + Duration::from_secs(9), idle), 0);
+        assert_eq!(r.expire(t0() + Duration::from_secs(10), idle), 1);
+        assert_eq!((r.len(), r.bytes()), (1, 2));
+        assert_eq!(r.expire(t0() + Duration::from_secs(15), idle), 1);
+        assert_eq!((r.len(), r.bytes()), (0, 0));
     }
 }

@@ -22,3 +22,15 @@ pub fn unassigned(n: usize) -> String {
 }
 
 pub mod pair;
+
+use raknet_proto::{DataHeader, DatagramSeq, Encode, Frame};
+
+/// A data datagram numbered `seq` holding `frames`, as a (possibly hostile) peer builds it.
+pub fn datagram(seq: u32, frames: &[Frame]) -> Bytes {
+    let mut out = Vec::new();
+    DataHeader::new(DatagramSeq::new(seq)).encode(&mut out);
+    for f in frames {
+        f.encode(&mut out);
+    }
+    out.into()
+}

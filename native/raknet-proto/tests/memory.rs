@@ -1,0 +1,209 @@
+//! Every byte a peer can make a connection buffer is counted and bounded, per connection and
+//! per endpoint; nothing a peer sends pins more memory than it is counted as.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::datagram;
+use common::pair::Pair;
+use raknet_netsim::LinkConfig;
+use raknet_proto::*;
+
+fn config(limits: Limits) -> EndpointConfig {
+    EndpointConfig {
+        limits,
+        ..EndpointConfig::default()
+    }
+}
+
+fn pair_with(server: EndpointConfig) -> (Pair, ConnId) {
+    let mut p = Pair::new(3, server, EndpointConfig::default(), LinkConfig::default());
+    let (_, s) = p.connect();
+    (p, s)
+}
+
+/// Hand `d` to the server as if the client sent it.
+fn inject(p: &mut Pair, d: Bytes) {
+    p.server.handle(p.now, p.client_addr, d);
+    while let Some(e) = p.server.poll_event() {
+        p.server_events.push(e);
+    }
+}
+
+/// A reliable-ordered frame on channel 1 with the given indexes.
+fn ordered(reliable: u32, order: u32, payload: Bytes) -> Frame {
+    let mut f = Frame::new(Reliability::ReliableOrdered, payload);
+    f.message_index = MessageIndex::new(reliable);
+    f.order_index = OrderIndex::new(order);
+    f.order_channel = 1;
+    f
+}
+
+fn fragment(reliable: u32, id: u16, part: u32, count: u32, payload: Bytes) -> Frame {
+    let mut f = Frame::new(Reliability::Reliable, payload);
+    f.message_index = MessageIndex::new(reliable);
+    f.split = Some(SplitHeader {
+        count,
+        id,
+        index: part,
+    });
+    f
+}
+
+/// An unreliable frame of `len` bytes: padding that makes a datagram big.
+fn padding(len: usize) -> Frame {
+    Frame::new(Reliability::Unreliable, Bytes::from(vec![0x86; len]))
+}
+
+#[test]
+fn tiny_fragments_and_held_messages_do_not_pin_their_datagrams() {
+    let (mut p, s) = pair_with(EndpointConfig::default());
+    let mut sent = Vec::new();
+    for i in 0..64u32 {
+        // One byte of a split message, one message behind a gap, in a 1,300-byte datagram.
+        let d = datagram(
+            1000 + i,
+            &[
+                fragment(1000 + 2 * i, i as u16, 0, 2, Bytes::from_static(b"x")),
+                ordered(1001 + 2 * i, 5 + i, Bytes::from_static(b"\x86y")),
+                padding(1200),
+            ],
+        );
+        sent.push(d.clone());
+        inject(&mut p, d);
+        // The padding was delivered: the application has it (and drops it).
+        p.server_events.clear();
+    }
+    let stats = p.server.connection_stats(s).unwrap();
+    assert_eq!(stats.reassembly_bytes, 64);
+    assert_eq!((stats.held_for_ordering, stats.held_bytes), (64, 128));
+    // The engine kept copies of what it holds, not views of the 64 datagrams.
+    assert!(
+        sent.iter_mut().all(|d| d.is_unique()),
+        "a received datagram is still referenced"
+    );
+    assert_eq!(p.server.stats().buffered_bytes, 64 + 128);
+}
+
+#[test]
+fn ordering_holds_are_bounded_in_bytes() {
+    let limits = Limits {
+        max_reassembly_bytes: 64 << 10,
+        ..Limits::default()
+    };
+    let (mut p, s) = pair_with(config(limits));
+    // 200 messages of 1,000 bytes, all behind a missing first one: 200 KB offered.
+    for i in 0..200u32 {
+        let msg = Bytes::from(vec![0x86; 1000]);
+        inject(&mut p, datagram(1000 + i, &[ordered(1000 + i, 1 + i, msg)]));
+    }
+    let stats = p.server.connection_stats(s).unwrap();
+    assert!(stats.held_bytes <= 64 << 10, "{}", stats.held_bytes);
+    assert!(stats.held_bytes >= 60_000, "{}", stats.held_bytes);
+    assert!(stats.refused_over_limit > 0);
+    assert!(
+        p.server.is_connected(s),
+        "a soft limit: the connection stays"
+    );
+}
+
+#[test]
+fn a_finished_split_message_waiting_for_its_turn_is_counted() {
+    let (mut p, s) = pair_with(EndpointConfig::default());
+    // A two-part message with ordering index 1 (index 0 is missing): once whole it waits.
+    let mut a = fragment(1000, 9, 0, 2, Bytes::from(vec![0x86; 700]));
+    let mut b = fragment(1001, 9, 1, 2, Bytes::from(vec![0x86; 700]));
+    for f in [&mut a, &mut b] {
+        f.reliability = Reliability::ReliableOrdered;
+        f.order_index = OrderIndex::new(1);
+        f.order_channel = 2;
+    }
+    inject(&mut p, datagram(1000, &[a]));
+    assert_eq!(p.server.connection_stats(s).unwrap().reassembly_bytes, 700);
+    inject(&mut p, datagram(1001, &[b]));
+    let stats = p.server.connection_stats(s).unwrap();
+    assert_eq!((stats.reassembly_bytes, stats.held_bytes), (0, 1400));
+    assert_eq!(p.server.stats().buffered_bytes, 1400);
+}
+
+#[test]
+fn partial_split_messages_expire_and_free_their_bytes() {
+    let (mut p, s) = pair_with(EndpointConfig::default());
+    for id in 0..10u16 {
+        let f = fragment(1000 + u32::from(id), id, 0, 3, Bytes::from(vec![0x86; 500]));
+        inject(&mut p, datagram(1000 + u32::from(id), &[f]));
+    }
+    assert_eq!(p.server.connection_stats(s).unwrap().reassembly_bytes, 5000);
+    // The rest never comes; keepalive pings hold the connection open meanwhile.
+    p.drive_until(Duration::from_secs(16), |_| false);
+    let stats = p.server.connection_stats(s).unwrap();
+    assert_eq!((stats.reassembly_bytes, stats.splits_expired), (0, 10));
+    assert_eq!(p.server.stats().buffered_bytes, 0);
+}
+
+#[test]
+fn the_endpoint_budget_bounds_all_connections_together() {
+    let limits = Limits {
+        max_endpoint_buffered_bytes: 100_000,
+        ..Limits::default()
+    };
+    let start = std::time::Instant::now();
+    let mut server = Endpoint::new(config(limits), "127.0.0.1:19132".parse().unwrap(), start);
+    // Ten clients, each asking to hold 30 KB behind a gap: 300 KB asked, 100 KB allowed.
+    let mut clients = Vec::new();
+    for c in 0..10u16 {
+        let mut p = Pair::new(
+            u64::from(c) + 10,
+            EndpointConfig::default(),
+            EndpointConfig::default(),
+            LinkConfig::default(),
+        );
+        // The pair drives the one shared server while this client connects and sends.
+        std::mem::swap(&mut p.server, &mut server);
+        p.client_addr = format!("127.0.0.{}:4000", c + 2).parse().unwrap();
+        let (_, s) = p.connect();
+        for i in 0..30u32 {
+            let msg = Bytes::from(vec![0x86; 1000]);
+            p.server.handle(
+                p.now,
+                p.client_addr,
+                datagram(1000 + i, &[ordered(1000 + i, 1 + i, msg)]),
+            );
+        }
+        std::mem::swap(&mut p.server, &mut server);
+        clients.push((p.now, s));
+    }
+    let total = server.stats().buffered_bytes;
+    assert!((90_000..=100_000).contains(&total), "{total}");
+    // The budget refuses; it does not disconnect.
+    assert!(clients.iter().all(|(_, s)| server.is_connected(*s)));
+    // A connection that goes away gives its share back.
+    let (now, first) = clients[0];
+    let mine = server.connection_stats(first).unwrap().held_bytes;
+    assert!(mine > 0);
+    server.close(now, first);
+    server.handle_timeout(now + Duration::from_secs(5));
+    assert!(!server.is_connected(first));
+    assert_eq!(server.stats().buffered_bytes, total - mine);
+}
+
+#[test]
+fn a_ping_flood_gets_a_bounded_number_of_pongs() {
+    let (mut p, s) = pair_with(EndpointConfig::default());
+    let before = p.server.connection_stats(s).unwrap();
+    // 1,000 connected pings in 100 datagrams within a millisecond.
+    for d in 0..100u32 {
+        let frames: Vec<Frame> = (0..10u64)
+            .map(|i| {
+                let ping = ConnectedPing { time: i };
+                Frame::new(Reliability::Unreliable, Bytes::from(ping.to_vec()))
+            })
+            .collect();
+        inject(&mut p, datagram(1000 + d, &frames));
+    }
+    let stats = p.server.connection_stats(s).unwrap();
+    assert!(stats.pongs_dropped >= 970, "{}", stats.pongs_dropped);
+    assert!(stats.pongs_dropped - before.pongs_dropped <= 1000);
+}
