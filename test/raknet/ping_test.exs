@@ -45,6 +45,46 @@ defmodule RakNet.PingTest do
     assert {:ok, %{address: {{0, 0, 0, 0, 0, 0, 0, 1}, ^port}}} = RakNet.Ping.ping("::1", port)
   end
 
+  # The kernel's preferred source for loopback is 127.0.0.1: an answer to a ping sent to
+  # 127.0.0.3 comes from 127.0.0.3 only if the endpoint chose it.
+  test "a socket bound to every address answers from the address the ping was sent to" do
+    ping = <<0x01, 7::64, RakNet.Message.offline_msg_id()::binary, 99::64>>
+
+    for {host, dual_stack, family, target} <- [
+          {"0.0.0.0", false, :inet, {127, 0, 0, 3}},
+          {"::", true, :inet, {127, 0, 0, 3}},
+          {"::", true, :inet6, {0, 0, 0, 0, 0, 0, 0, 1}},
+          {"::", false, :inet6, {0, 0, 0, 0, 0, 0, 0, 1}}
+        ] do
+      opts = %{@endpoint_opts | host: host} |> Map.put(:dual_stack, dual_stack)
+      {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+      port = RakNet.Native.endpoint_info(endpoint).port
+
+      {:ok, udp} = :gen_udp.open(0, [:binary, family, active: true])
+      :ok = :gen_udp.send(udp, target, port, ping)
+      assert_receive {:udp, ^udp, source, ^port, <<0x1C, 7::64, 42::64, _::binary>>}, 5_000
+      assert {host, dual_stack, source} == {host, dual_stack, target}
+
+      :gen_udp.close(udp)
+      RakNet.Native.endpoint_stop(endpoint)
+    end
+  end
+
+  test "a connection to a socket bound to every address reports the address it came to" do
+    {:ok, server} = RakNet.Native.endpoint_start(%{@endpoint_opts | host: "0.0.0.0"}, self())
+    on_exit(fn -> RakNet.Native.endpoint_stop(server) end)
+    port = RakNet.Native.endpoint_info(server).port
+
+    client_opts = RakNet.ClientEndpoint.native_opts(:inet) |> Map.put(:shared_thread, false)
+    {:ok, client} = RakNet.Native.endpoint_start(client_opts, self())
+    on_exit(fn -> RakNet.Native.endpoint_stop(client) end)
+    {:ok, conn} = RakNet.Native.endpoint_connect(client, "127.0.0.3", port, self())
+    assert_receive {:raknet_connected, ^conn, _}, 5_000
+    assert_receive {:raknet_endpoint, ^server, :connected, accepted, _}, 5_000
+
+    assert {:ok, %{local_address: {{127, 0, 0, 3}, ^port}}} = RakNet.Native.conn_info(accepted)
+  end
+
   test "times out when nothing answers" do
     # A bound UDP socket that never answers.
     {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})

@@ -4,20 +4,20 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role};
 use rustler::{Encoder, LocalPid, OwnedEnv, ResourceArc, Term};
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::atoms;
 use crate::command::Command;
 use crate::convert::{self, Reason};
 use crate::resource::{ConnResource, EndpointResource};
+use crate::udp::Udp;
 
 /// Datagrams read per wake-up before the engine's output is flushed (bounds latency).
 const RECV_BATCH: usize = 64;
@@ -30,6 +30,9 @@ const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Log lines an endpoint sends its owner per second at most; the rest are counted and
 /// reported with the next line (hostile traffic must not flood the logs).
 const LOG_LINES_PER_SECOND: u32 = 10;
+/// Local addresses remembered for peers without a connection, per generation (two are kept).
+/// At least `RECV_BATCH`, so that a datagram's replies always find the address it came to.
+const LOCAL_ADDRS_PER_GENERATION: usize = 4096;
 
 enum Held {
     Message(Bytes, Duration),
@@ -51,11 +54,41 @@ struct Slot {
     /// Set while receiving is paused for back-pressure: when the owner last made progress,
     /// and how many messages it had outstanding then.
     stall: Option<(Instant, usize)>,
+    /// The local address the peer last sent to (sockets bound to every address).
+    local: Option<IpAddr>,
+}
+
+/// The local address each peer without a connection (pings, handshakes) last sent to, for a
+/// socket bound to every address: replies leave from it. Connections keep theirs in their
+/// `Slot`, for as long as they live. Spoofed sources cannot grow this past two generations:
+/// when the current one is full it becomes the previous one, and the previous one is dropped.
+#[derive(Default)]
+struct LocalAddrs {
+    current: HashMap<SocketAddr, IpAddr>,
+    previous: HashMap<SocketAddr, IpAddr>,
+}
+
+impl LocalAddrs {
+    /// `peer` as the engine names it (IPv4 peers of a dual-stack socket unmapped).
+    fn insert(&mut self, peer: SocketAddr, local: IpAddr) {
+        if self.current.len() >= LOCAL_ADDRS_PER_GENERATION && !self.current.contains_key(&peer) {
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.clear();
+        }
+        self.current.insert(peer, local);
+    }
+
+    fn get(&self, peer: &SocketAddr) -> Option<IpAddr> {
+        self.current
+            .get(peer)
+            .or_else(|| self.previous.get(peer))
+            .copied()
+    }
 }
 
 pub(crate) struct Driver {
     pub(crate) endpoint: Endpoint,
-    pub(crate) socket: UdpSocket,
+    pub(crate) socket: Udp,
     pub(crate) rx: UnboundedReceiver<Command>,
     pub(crate) me: ResourceArc<EndpointResource>,
     pub(crate) owner: LocalPid,
@@ -64,6 +97,7 @@ pub(crate) struct Driver {
     /// Who asked for a pong from an address (`endpoint_ping`); bounded.
     pingers: HashMap<SocketAddr, (LocalPid, Instant)>,
     keys: HashMap<u64, ConnId>,
+    local_addrs: LocalAddrs,
     stop_deadline: Option<Instant>,
     buf: Vec<u8>,
     log_window: Instant,
@@ -76,7 +110,7 @@ pub(crate) struct Driver {
 impl Driver {
     pub(crate) fn new(
         endpoint: Endpoint,
-        socket: UdpSocket,
+        socket: Udp,
         rx: UnboundedReceiver<Command>,
         me: ResourceArc<EndpointResource>,
         owner: LocalPid,
@@ -91,6 +125,7 @@ impl Driver {
             conns: HashMap::new(),
             pingers: HashMap::new(),
             keys: HashMap::new(),
+            local_addrs: LocalAddrs::default(),
             stop_deadline: None,
             buf: Vec::with_capacity(2048),
             log_window: Instant::now(),
@@ -150,12 +185,12 @@ impl Driver {
 
     fn receive(&mut self, recv: &mut [u8]) {
         for _ in 0..RECV_BATCH {
-            match self.socket.try_recv_from(recv) {
-                Ok((n, from)) => {
+            match self.socket.try_recv(recv) {
+                Ok((n, from, local)) => {
                     let now = Instant::now();
                     self.endpoint
                         .handle(now, from, Bytes::copy_from_slice(&recv[..n]));
-                    self.update_backlog_of(from);
+                    self.received_from(from, local);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 // ICMP port unreachable and the like surface here on Linux: not fatal.
@@ -164,10 +199,33 @@ impl Driver {
         }
     }
 
-    fn update_backlog_of(&self, from: SocketAddr) {
-        if let Some(id) = self.endpoint.conn_by_addr(from) {
+    /// After a datagram from `from`, sent to the local address `local` (when the socket says).
+    fn received_from(&mut self, from: SocketAddr, local: Option<IpAddr>) {
+        let id = self.endpoint.conn_by_addr(from);
+        if let Some(id) = id {
             self.update_backlog(id);
         }
+        let Some(local) = local else {
+            return;
+        };
+        match id.and_then(|id| self.conns.get_mut(&id)) {
+            Some(slot) => slot.local = Some(local),
+            None => self
+                .local_addrs
+                .insert(raknet_proto::addr::unmap(from), local),
+        }
+    }
+
+    /// The local address to send to `peer` from, if the socket lets replies choose.
+    fn local_for(&self, peer: SocketAddr) -> Option<IpAddr> {
+        if !self.socket.pktinfo() {
+            return None;
+        }
+        self.endpoint
+            .conn_by_addr(peer)
+            .and_then(|id| self.conns.get(&id))
+            .and_then(|slot| slot.local)
+            .or_else(|| self.local_addrs.get(&peer))
     }
 
     fn update_backlog(&self, id: ConnId) {
@@ -336,6 +394,10 @@ impl Driver {
         let stats = self.endpoint.connection_stats(id)?;
         let addr = self.endpoint.remote_addr(id)?;
         let info = self.endpoint.connection_info(id)?;
+        // The address the peer sends to, when the socket is bound to every address.
+        let local = slot.local.map_or(self.me.local, |ip| {
+            SocketAddr::new(ip, self.me.local.port())
+        });
         Some(env.run(|env| {
             let keys = [
                 atoms::address(),
@@ -349,7 +411,7 @@ impl Driver {
             .map(|a| a.encode(env));
             let values = [
                 convert::address(env, addr),
-                convert::address(env, self.me.local),
+                convert::address(env, local),
                 info.guid.encode(env),
                 info.protocol.encode(env),
                 info.mtu.encode(env),
@@ -405,6 +467,7 @@ impl Driver {
     async fn flush(&mut self) {
         let now = Instant::now();
         while let Some(t) = self.endpoint.poll_transmit(now, &mut self.buf) {
+            let source = self.local_for(t.destination);
             let data = &self.buf[..t.size];
             // The engine sees IPv4 peers of a dual-stack socket unmapped; the socket wants them
             // mapped.
@@ -414,10 +477,10 @@ impl Driver {
                 }
                 other => other,
             };
-            match self.socket.try_send_to(data, destination) {
+            match self.socket.try_send(data, destination, source) {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let _ = self.socket.send_to(data, destination).await;
+                    let _ = self.socket.send(data, destination, source).await;
                 }
                 // Unreachable peers and the like: the engine's timers handle the silence.
                 Err(_) => {}
@@ -443,6 +506,7 @@ impl Driver {
                     self.keys.insert(res.key, conn);
                     let mut slot = Slot::new(res.clone(), None, Role::Server);
                     slot.connected = true;
+                    slot.local = self.local_addrs.get(&addr);
                     self.conns.insert(conn, slot);
                     let me = self.me.clone();
                     let _ = self.env.send_and_clear(&self.owner, |env| {
@@ -735,6 +799,7 @@ impl Slot {
             reported: false,
             dropped: 0,
             stall: None,
+            local: None,
         }
     }
 }

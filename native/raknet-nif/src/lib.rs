@@ -12,6 +12,7 @@ mod command;
 mod convert;
 mod driver;
 mod resource;
+mod udp;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::sync::atomic::Ordering;
@@ -81,9 +82,14 @@ fn io_error(e: &std::io::Error) -> Atom {
     }
 }
 
-/// Bind a UDP socket the way the endpoint wants it: large buffers, non-blocking, and for IPv6
-/// either IPv6-only (IPv4 gets its own socket) or dual-stack.
-fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<(StdUdpSocket, (usize, usize))> {
+/// A bound socket, the buffer sizes the kernel granted, and whether it reports each datagram's
+/// local address (`udp::enable_pktinfo`).
+type Bound = (StdUdpSocket, (usize, usize), bool);
+
+/// Bind a UDP socket the way the endpoint wants it: large buffers, non-blocking, for IPv6
+/// either IPv6-only (IPv4 gets its own socket) or dual-stack, and when bound to every address,
+/// reporting which one each datagram was sent to.
+fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<Bound> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if addr.is_ipv4() {
         Domain::IPV4
@@ -102,7 +108,8 @@ fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<(StdUdpSocket, (u
         socket.recv_buffer_size().unwrap_or(0),
         socket.send_buffer_size().unwrap_or(0),
     );
-    Ok((socket.into(), buffers))
+    let pktinfo = udp::enable_pktinfo(&socket, addr, dual_stack);
+    Ok((socket.into(), buffers, pktinfo))
 }
 
 /// Tell an endpoint's owner that its thread or task panicked: a log line for Logger, then
@@ -221,7 +228,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
             )
         }
     };
-    let (socket, buffers) = match bind(options.bind, options.dual_stack) {
+    let (socket, buffers, pktinfo) = match bind(options.bind, options.dual_stack) {
         Ok(s) => s,
         Err(e) => return error(env, io_error(&e)),
     };
@@ -245,7 +252,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
     env.monitor(&me, &owner);
     let thread_me = me.clone();
     let driver = async move {
-        let socket = tokio::net::UdpSocket::from_std(socket)?;
+        let socket = udp::Udp::new(tokio::net::UdpSocket::from_std(socket)?, pktinfo);
         driver::Driver::new(endpoint, socket, rx, thread_me, owner)
             .run()
             .await;
