@@ -125,6 +125,52 @@ defmodule RakNet do
     end
   end
 
+  @doc """
+  Sends `message` to many connections (pids or handles) with one call: the binary is copied
+  once and shared by every recipient's queue, and each endpoint thread is woken once.
+  Connections that have closed, or are over their send budget, are skipped. Returns
+  `{:ok, count}`, the number of connections it was queued for, or `{:error, reason}` for bad
+  arguments (`:bad_reliability` also for the `*_ack_receipt` reliabilities: a receipt belongs
+  to one send). Options as `RakNet.Connection.send/4` (`:channel`, `:priority`).
+
+      {:ok, 3} = RakNet.broadcast([player1, player2, player3], :unreliable_sequenced, position)
+
+  To send to every player of a server but some, see `RakNet.Server.broadcast/4`.
+  """
+  @spec broadcast([pid() | reference()], atom(), binary(), keyword()) ::
+          {:ok, non_neg_integer()} | {:error, atom()}
+  def broadcast(connections, reliability, message, opts \\ [])
+
+  def broadcast(_connections, _reliability, message, _opts) when not is_binary(message),
+    do: {:error, :not_binary}
+
+  def broadcast(connections, reliability, message, opts) when is_list(connections) do
+    channel = Keyword.get(opts, :channel, 0)
+    priority = Keyword.get(opts, :priority, :high)
+
+    handles =
+      Enum.flat_map(connections, fn
+        conn when is_reference(conn) ->
+          [conn]
+
+        pid when is_pid(pid) ->
+          case RakNet.Connection.Registry.lookup(pid) do
+            {:ok, conn} -> [conn]
+            :error -> []
+          end
+
+        _other ->
+          []
+      end)
+
+    cond do
+      not is_atom(reliability) -> {:error, :bad_reliability}
+      not is_integer(channel) -> {:error, :bad_channel}
+      not is_atom(priority) -> {:error, :bad_priority}
+      true -> RakNet.Native.broadcast(handles, reliability, channel, priority, message)
+    end
+  end
+
   defp resolve(host) when is_tuple(host), do: {:ok, host}
 
   defp resolve(host) do

@@ -162,6 +162,23 @@ defmodule RakNet.Connection do
   end
 
   @doc """
+  Gives the calling connection an application id (a player id, say), unique within its
+  server, by which any process finds it with `RakNet.Server.lookup(server, :id, id)`; call it
+  from the connection's own callbacks (`RakNet.Client.new/3`, `receive/4`). Registering again
+  replaces the id; it goes away with the connection.
+
+      def receive(player, 0x86, <<"login ", name::binary>>, _transit) do
+        :ok = RakNet.Connection.register_id({:player, name})
+      end
+
+  Returns `{:error, {:already_registered, pid}}` when another connection of the server has
+  that id, and `{:error, :not_a_connection}` outside a connection process.
+  """
+  @spec register_id(term()) ::
+          :ok | {:error, {:already_registered, pid()} | :not_a_connection}
+  defdelegate register_id(id), to: RakNet.Connection.Registry
+
+  @doc """
   Stops the connection process, as X-Plane's `RakNet.Connection.stop/1` does: the process
   exits with `:shutdown`, running `RakNet.Client.disconnect/1` (or `disconnect/2` with
   `:shutdown`) first, and the peer gets a disconnection notification. With a handle (a raw
@@ -221,13 +238,14 @@ defmodule RakNet.Connection do
   # ---- process -------------------------------------------------------------------
 
   @impl GenServer
-  def init({:accepted, conn, client_struct, client_data}) do
+  def init({:accepted, conn, client_struct, client_data, server, info}) do
     Process.flag(:trap_exit, true)
 
     case Native.conn_set_owner(conn, self()) do
       :ok ->
         Process.put(:raknet_conn, conn)
-        RakNet.Connection.Registry.register(conn)
+        info = Map.put(info, :connected_at, System.system_time(:millisecond))
+        RakNet.Connection.Registry.register(conn, server, info)
         # new/3 runs in handle_continue, not here: the server's listener waits for init to
         # return, so a new/3 that calls the server (to update the MOTD, say) would deadlock.
         {:ok, %{conn: conn, client: nil, delivered: 0, delivered_bytes: 0, waiting: nil},
@@ -244,7 +262,7 @@ defmodule RakNet.Connection do
     case Native.endpoint_connect(endpoint, host, port, self()) do
       {:ok, conn} ->
         Process.put(:raknet_conn, conn)
-        RakNet.Connection.Registry.register(conn)
+        RakNet.Connection.Registry.register(conn, :client, %{})
 
         {:ok,
          %{

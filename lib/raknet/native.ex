@@ -69,6 +69,12 @@ defmodule RakNet.Native do
   @spec endpoint_stop(reference()) :: :ok
   def endpoint_stop(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  @spec broadcast([reference()], atom(), integer(), atom(), binary()) ::
+          {:ok, non_neg_integer()} | {:error, atom()}
+  def broadcast(_conns, _reliability, _channel, _priority, _data),
+    do: :erlang.nif_error(:nif_not_loaded)
+
   # Tests only: crash the endpoint's thread (it must have been started with
   # `fault_injection: true`).
   @doc false

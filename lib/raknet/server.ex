@@ -95,6 +95,72 @@ defmodule RakNet.Server do
   @spec info(Supervisor.supervisor()) :: info()
   def info(server), do: GenServer.call(listener(server), :info)
 
+  @typedoc """
+  A connection as `connections/1` and `lookup/3` describe it: its process (`:pid`, what
+  `RakNet.Connection.send/3` takes), its handle (`:conn`), the peer's `:address` and `:guid`,
+  the RakNet `:protocol`, the `:mtu`, `:connected_at` (Unix ms) and the application `:id` it
+  registered with `RakNet.Connection.register_id/1` (or `nil`).
+  """
+  @type connection :: %{
+          pid: pid(),
+          conn: reference(),
+          address: {:inet.ip_address(), :inet.port_number()},
+          guid: non_neg_integer(),
+          protocol: non_neg_integer(),
+          mtu: pos_integer(),
+          connected_at: integer(),
+          id: term()
+        }
+
+  @doc """
+  The server's connections (see `t:connection/0`). It reads a table (ETS): no process is
+  asked, so it is cheap enough to call every tick.
+
+      for %{pid: pid, id: player_id} <- RakNet.Server.connections(server), do: ...
+  """
+  @spec connections(Supervisor.supervisor()) :: [connection()]
+  def connections(server), do: RakNet.Connection.Registry.connections(whereis!(server))
+
+  @doc """
+  Finds one of the server's connections by the peer's `:address` (`{ip, port}`), its `:guid`
+  or the application `:id` its handler registered (`RakNet.Connection.register_id/1`).
+
+      {:ok, %{pid: pid}} = RakNet.Server.lookup(server, :id, player_id)
+      :error = RakNet.Server.lookup(server, :address, {{127, 0, 0, 1}, 1})
+  """
+  @spec lookup(Supervisor.supervisor(), :address | :guid | :id, term()) ::
+          {:ok, connection()} | :error
+  def lookup(server, kind, key) when kind in [:address, :guid, :id],
+    do: RakNet.Connection.Registry.find(whereis!(server), kind, key)
+
+  @doc """
+  Sends `message` to every connection of the server, except the connections (pids or
+  handles) in the `:except` option; otherwise as `RakNet.broadcast/4`.
+
+      {:ok, count} = RakNet.Server.broadcast(server, :reliable_ordered, <<0x86, "tick">>)
+      {:ok, _} = RakNet.Server.broadcast(server, :reliable, chat_line, except: [sender_pid])
+  """
+  @spec broadcast(Supervisor.supervisor(), atom(), binary(), keyword()) ::
+          {:ok, non_neg_integer()} | {:error, atom()}
+  def broadcast(server, reliability, message, opts \\ []) do
+    {except, opts} = Keyword.pop(opts, :except, [])
+    skip = MapSet.new(except)
+
+    conns =
+      for %{pid: pid, conn: conn} <- connections(server),
+          not MapSet.member?(skip, pid) and not MapSet.member?(skip, conn),
+          do: conn
+
+    RakNet.broadcast(conns, reliability, message, opts)
+  end
+
+  defp whereis!(server) do
+    case GenServer.whereis(server) do
+      pid when is_pid(pid) -> pid
+      _ -> exit({:noproc, {__MODULE__, :whereis, [server]}})
+    end
+  end
+
   @doc """
   Replaces the unconnected-pong payload at once, e.g. a Bedrock MOTD with a new player count.
 
@@ -248,9 +314,12 @@ defmodule RakNet.Server.Listener do
   end
 
   @impl GenServer
-  def handle_info({:raknet_endpoint, _endpoint, :connected, conn, _info}, state) do
+  def handle_info({:raknet_endpoint, _endpoint, :connected, conn, info}, state) do
     config = state.config
-    args = {:accepted, conn, struct(config.client_module), config.client_data}
+
+    args =
+      {:accepted, conn, struct(config.client_module), config.client_data, state.supervisor, info}
+
     state = %{state | connections: connections(state)}
 
     case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do

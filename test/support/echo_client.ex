@@ -148,6 +148,10 @@ defimpl RakNet.Client, for: RakNet.Test.LinkingClient do
     send(client.test, {:stop_result, RakNet.Connection.stop(client.connection)})
   end
 
+  def receive(client, 0x86, "id " <> id, _transit) do
+    send(client.test, {:register_result, RakNet.Connection.register_id(id)})
+  end
+
   def receive(client, 0x86, "conn_ref", _transit) do
     send(client.test, {:conn_ref_result, RakNet.Connection.conn_ref(self())})
   end

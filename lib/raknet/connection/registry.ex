@@ -1,38 +1,80 @@
 defmodule RakNet.Connection.Registry do
   @moduledoc false
-  # Maps a connection process to its connection handle, so that RakNet.Connection.send/3 to a
-  # pid never waits on that process: any process looks the handle up in a public ETS table
-  # (read concurrency, no message, no call) and hands the message to the runtime itself.
+  # Who is connected, readable from any process without a message to anyone (ETS):
+  #
+  #   * `@table` (set): connection pid => {handle, server, info}. RakNet.Connection.send/3 to a
+  #     pid reads it, so a send never waits on the connection process;
+  #   * `@index` (ordered_set): {server, kind, key} => pid, for listing a server's connections
+  #     ({server, :pid, pid}) and finding one by address, GUID or application id. A lookup
+  #     binds the key's prefix, so it costs O(log n), and listing one server's connections
+  #     costs O(its connections), not O(every connection of the node).
   #
   # A connection process registers itself in its init and unregisters in terminate. This
-  # process owns the table and monitors every registered pid, so an entry also goes away when
-  # its process is killed without running terminate.
+  # process owns the tables and monitors every registered pid, so the rows also go away when
+  # a connection process is killed without running terminate.
   use GenServer
 
   @table __MODULE__
+  @index RakNet.Connection.Index
 
   @doc false
   def start_link(_args), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
 
-  @doc "Registers the calling process as the owner of `conn`."
-  @spec register(reference()) :: :ok
-  def register(conn) do
-    :ets.insert(@table, {self(), conn})
-    GenServer.cast(__MODULE__, {:monitor, self()})
+  @doc "Registers the calling process as the owner of `conn`, a connection of `server`."
+  @spec register(reference(), pid() | :client, map()) :: :ok
+  def register(conn, server, info) do
+    pid = self()
+    info = Map.merge(info, %{pid: pid, conn: conn, id: nil})
+    :ets.insert(@table, {pid, conn, server, info})
+
+    rows =
+      for {kind, key} <- [pid: pid, address: info[:address], guid: info[:guid]],
+          key != nil,
+          do: {{server, kind, key}, pid}
+
+    :ets.insert(@index, rows)
+
+    GenServer.cast(__MODULE__, {:monitor, pid})
   end
 
-  @doc "Removes the calling process's entry."
-  @spec unregister() :: :ok
-  def unregister do
-    :ets.delete(@table, self())
-    :ok
+  @doc """
+  Gives the calling connection process an application id, unique within its server:
+  `{:error, {:already_registered, pid}}` when another connection has it.
+  """
+  @spec register_id(term()) :: :ok | {:error, {:already_registered, pid()} | :not_a_connection}
+  def register_id(id) do
+    pid = self()
+
+    case :ets.lookup(@table, pid) do
+      [{^pid, conn, server, info}] ->
+        cond do
+          info.id == id ->
+            :ok
+
+          :ets.insert_new(@index, {{server, :id, id}, pid}) ->
+            if info.id != nil, do: :ets.delete(@index, {server, :id, info.id})
+            :ets.insert(@table, {pid, conn, server, %{info | id: id}})
+            :ok
+
+          true ->
+            [{_, owner}] = :ets.lookup(@index, {server, :id, id})
+            {:error, {:already_registered, owner}}
+        end
+
+      [] ->
+        {:error, :not_a_connection}
+    end
   end
+
+  @doc "Removes the calling process's rows."
+  @spec unregister() :: :ok
+  def unregister, do: remove(self())
 
   @doc "The handle of the connection that `pid` runs, or `:error`."
   @spec lookup(pid()) :: {:ok, reference()} | :error
   def lookup(pid) do
     case :ets.lookup(@table, pid) do
-      [{^pid, conn}] -> {:ok, conn}
+      [{^pid, conn, _server, _info}] -> {:ok, conn}
       [] -> :error
     end
   rescue
@@ -40,16 +82,64 @@ defmodule RakNet.Connection.Registry do
     ArgumentError -> :error
   end
 
+  @doc "What is known of the connection `pid` runs, or `:error`."
+  @spec info(pid()) :: {:ok, map()} | :error
+  def info(pid) do
+    case :ets.lookup(@table, pid) do
+      [{^pid, _conn, _server, info}] -> {:ok, info}
+      [] -> :error
+    end
+  end
+
+  @doc "The connections of `server`, in no particular order."
+  @spec connections(pid()) :: [map()]
+  def connections(server) do
+    @index
+    |> :ets.select([{{{server, :pid, :_}, :"$1"}, [], [:"$1"]}])
+    |> Enum.flat_map(fn pid ->
+      case info(pid) do
+        {:ok, info} -> [info]
+        :error -> []
+      end
+    end)
+  end
+
+  @doc "The connection of `server` found by `:address`, `:guid` or `:id`, or `:error`."
+  @spec find(pid(), :address | :guid | :id, term()) :: {:ok, map()} | :error
+  def find(server, kind, key) do
+    case :ets.lookup(@index, {server, kind, key}) do
+      [{_, pid}] -> info(pid)
+      [] -> :error
+    end
+  end
+
+  defp remove(pid) do
+    case :ets.lookup(@table, pid) do
+      [{^pid, _conn, server, info}] ->
+        # An index row whose key a newer connection took over (the same address after a
+        # reconnect) belongs to that one now: delete only rows that still point here.
+        for key <- [
+              {server, :pid, pid},
+              {server, :address, info[:address]},
+              {server, :guid, info[:guid]},
+              {server, :id, info.id}
+            ] do
+          :ets.select_delete(@index, [{{key, pid}, [], [true]}])
+        end
+
+        :ets.delete(@table, pid)
+        :ok
+
+      [] ->
+        :ok
+    end
+  end
+
   @impl GenServer
   def init(:ok) do
-    :ets.new(@table, [
-      :set,
-      :public,
-      :named_table,
-      read_concurrency: true,
-      write_concurrency: true
-    ])
-
+    opts = [:public, :named_table, read_concurrency: true, write_concurrency: true]
+    :ets.new(@table, [:set | opts])
+    :ets.new(@index, [:ordered_set | opts])
     {:ok, nil}
   end
 
@@ -61,7 +151,7 @@ defmodule RakNet.Connection.Registry do
 
   @impl GenServer
   def handle_info({:DOWN, _ref, :process, pid, _reason}, state) do
-    :ets.delete(@table, pid)
+    remove(pid)
     {:noreply, state}
   end
 

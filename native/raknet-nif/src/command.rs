@@ -18,6 +18,12 @@ pub(crate) enum Command {
         opts: SendOptions,
         receipt: Option<u32>,
     },
+    /// One message for several connections of this endpoint: one shared copy of the data.
+    Broadcast {
+        keys: Vec<u64>,
+        data: Bytes,
+        opts: SendOptions,
+    },
     Close {
         key: u64,
     },

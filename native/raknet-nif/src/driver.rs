@@ -273,6 +273,23 @@ impl Driver {
                 }
                 self.update_backlog(id);
             }
+            Command::Broadcast { keys, data, opts } => {
+                for key in keys {
+                    let Some(&id) = self.keys.get(&key) else {
+                        continue;
+                    };
+                    let Some(slot) = self.conns.get_mut(&id) else {
+                        continue;
+                    };
+                    slot.res
+                        .pending_bytes
+                        .fetch_sub(data.len(), Ordering::Relaxed);
+                    if self.endpoint.send(now, id, data.clone(), opts).is_err() {
+                        slot.dropped += 1;
+                    }
+                    self.update_backlog(id);
+                }
+            }
             Command::Close { key } => {
                 if let Some(&id) = self.keys.get(&key) {
                     self.endpoint.close(now, id);

@@ -456,6 +456,74 @@ fn conn_send<'a>(
     }
 }
 
+/// One message to many connections: validated once, copied once (every recipient's queue
+/// shares the bytes), and one command per endpoint thread. Connections that are closed or
+/// over their send budget are skipped; returns `{:ok, queued_for}`. Receipt reliabilities are
+/// refused (`:bad_reliability`): a receipt belongs to one send to one connection.
+#[rustler::nif]
+fn broadcast<'a>(
+    env: Env<'a>,
+    conns: Vec<ResourceArc<ConnResource>>,
+    reliability: Atom,
+    channel: i64,
+    priority: Atom,
+    data: Binary<'a>,
+) -> Term<'a> {
+    let Some(reliability) = convert::reliability(reliability).filter(|r| !r.has_receipt()) else {
+        return error(env, atoms::bad_reliability());
+    };
+    let Some(priority) = convert::priority(priority) else {
+        return error(env, atoms::bad_priority());
+    };
+    let Some(channel) = u8::try_from(channel)
+        .ok()
+        .filter(|c| *c < ORDERING_CHANNELS)
+    else {
+        return error(env, atoms::bad_channel());
+    };
+    let len = data.len();
+    if len == 0 {
+        return error(env, atoms::empty());
+    }
+    let opts = SendOptions {
+        reliability,
+        channel,
+        priority,
+    };
+    let data = Bytes::copy_from_slice(data.as_slice());
+    // Few endpoints per call (a server has one or two): a linear search groups them.
+    let mut groups: Vec<(&tokio::sync::mpsc::UnboundedSender<Command>, Vec<u64>)> = Vec::new();
+    let mut queued = 0usize;
+    for conn in &conns {
+        if conn.closed.load(Ordering::Relaxed) || len > conn.max_message_bytes {
+            continue;
+        }
+        let backlog = conn.pending_bytes.load(Ordering::Relaxed) + conn.backlog.load(Ordering::Relaxed);
+        if backlog + len > conn.max_send_bytes {
+            continue;
+        }
+        conn.pending_bytes.fetch_add(len, Ordering::Relaxed);
+        match groups.iter_mut().find(|(tx, _)| tx.same_channel(&conn.tx)) {
+            Some((_, keys)) => keys.push(conn.key),
+            None => groups.push((&conn.tx, vec![conn.key])),
+        }
+        queued += 1;
+    }
+    for (tx, keys) in groups {
+        let count = keys.len();
+        let cmd = Command::Broadcast {
+            keys,
+            data: data.clone(),
+            opts,
+        };
+        if tx.send(cmd).is_err() {
+            // The endpoint is gone: those connections are closed.
+            queued -= count;
+        }
+    }
+    (atoms::ok(), queued).encode(env)
+}
+
 #[rustler::nif]
 fn conn_close(conn: ResourceArc<ConnResource>) -> Atom {
     // Closing starts now: later sends fail at once, while queued data still drains.

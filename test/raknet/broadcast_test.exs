@@ -1,0 +1,150 @@
+defmodule RakNet.BroadcastTest do
+  # Broadcast and finding connections: what a game server does every tick.
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.{EchoClient, LinkingClient}
+
+  @moduletag timeout: 120_000
+
+  defp start_server(module, opts \\ []) do
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+
+    spec = RakNet.Server.child_spec([module, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  # Every {:raknet, conn, 0x86, payload, _} that arrives within `ms` of the last one.
+  defp collect(ms, acc \\ []) do
+    receive do
+      {:raknet, conn, 0x86, payload, _} -> collect(ms, [{conn, payload} | acc])
+    after
+      ms -> acc
+    end
+  end
+
+  test "a broadcast reaches each of 1,000 connections exactly once" do
+    {server, port} = start_server(EchoClient, max_connections: 2_000)
+    n = 1_000
+    conns = for _ <- 1..n, do: elem(RakNet.connect("127.0.0.1", port), 1)
+    for _ <- 1..n, do: assert_receive({:client_new, _}, 10_000)
+    assert length(RakNet.Server.connections(server)) == n
+
+    assert {:ok, ^n} = RakNet.Server.broadcast(server, :reliable_ordered, <<0x86, "to all">>)
+    got = collect(1_000)
+    assert length(got) == n
+    assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
+    assert Enum.all?(got, fn {_, payload} -> payload == "to all" end)
+
+    # All but one, by pid and by handle.
+    [%{pid: first_pid}, %{conn: second_conn} | _] = RakNet.Server.connections(server)
+
+    assert {:ok, count} =
+             RakNet.Server.broadcast(server, :unreliable, <<0x86, "most">>,
+               except: [first_pid, second_conn],
+               channel: 3,
+               priority: :low
+             )
+
+    assert count == n - 2
+    assert length(collect(1_000)) == n - 2
+  end
+
+  test "RakNet.broadcast/4 takes pids and handles, skips the closed, checks its arguments" do
+    {server, port} = start_server(EchoClient)
+    {:ok, a} = RakNet.connect("127.0.0.1", port)
+    {:ok, b} = RakNet.connect("127.0.0.1", port)
+    {:ok, c} = RakNet.connect("127.0.0.1", port)
+    for _ <- 1..3, do: assert_receive({:client_new, _}, 5_000)
+    [pid_a, pid_b, pid_c] = Enum.map([a, b, c], &lookup_pid(server, &1))
+
+    :ok = Connection.close(c)
+    assert_receive {:raknet_disconnect, ^c, :local_close}, 5_000
+    dead = spawn(fn -> :ok end)
+
+    # Server side to clients: a pid, a handle, a closed connection, a dead pid.
+    {:ok, handle_b} = Connection.conn_ref(pid_b)
+    assert {:ok, 2} = RakNet.broadcast([pid_a, handle_b, pid_c, dead], :reliable, <<0x86, "x">>)
+    got = collect(500) |> Enum.map(&elem(&1, 0)) |> Enum.sort()
+    assert got == Enum.sort([a, b])
+
+    assert RakNet.broadcast([pid_a], :reliable_ack_receipt, <<0x86>>) ==
+             {:error, :bad_reliability}
+
+    assert RakNet.broadcast([pid_a], :nope, <<0x86>>) == {:error, :bad_reliability}
+    assert RakNet.broadcast([pid_a], :reliable, <<0x86>>, channel: 32) == {:error, :bad_channel}
+
+    assert RakNet.broadcast([pid_a], :reliable, <<0x86>>, priority: :top) ==
+             {:error, :bad_priority}
+
+    assert RakNet.broadcast([pid_a], :reliable, <<>>) == {:error, :empty}
+    assert RakNet.broadcast([pid_a], :reliable, 'x') == {:error, :not_binary}
+    assert RakNet.broadcast([], :reliable, <<0x86>>) == {:ok, 0}
+  end
+
+  defp lookup_pid(server, conn) do
+    {:ok, %{local_address: local}} = Connection.info(conn)
+    {:ok, %{pid: pid}} = RakNet.Server.lookup(server, :address, local)
+    pid
+  end
+
+  test "connections are found by address, GUID and application id, and forgotten when gone" do
+    {server, port} = start_server(LinkingClient)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:linking_new, pid, _player}, 5_000
+    {:ok, %{local_address: address, guid: _server_guid}} = Connection.info(conn)
+
+    assert [%{pid: ^pid, address: ^address, protocol: 11, id: nil} = info] =
+             RakNet.Server.connections(server)
+
+    assert is_integer(info.guid) and is_integer(info.connected_at) and info.mtu > 0
+    assert {:ok, %{pid: ^pid}} = RakNet.Server.lookup(server, :address, address)
+    assert {:ok, %{pid: ^pid}} = RakNet.Server.lookup(server, :guid, info.guid)
+    assert RakNet.Server.lookup(server, :id, "alice") == :error
+
+    {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "id alice">>)
+    assert_receive {:register_result, :ok}, 5_000
+    assert {:ok, %{pid: ^pid, id: "alice"}} = RakNet.Server.lookup(server, :id, "alice")
+
+    # A second connection cannot take the same id.
+    {:ok, other} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:linking_new, _, _}, 5_000
+    {:ok, nil} = Connection.send(other, :reliable, <<0x86, "id alice">>)
+    assert_receive {:register_result, {:error, {:already_registered, ^pid}}}, 5_000
+    assert RakNet.Connection.register_id("bob") == {:error, :not_a_connection}
+
+    ref = Process.monitor(pid)
+    :ok = Connection.close(conn)
+    assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
+    # The registry forgets it (its rows are removed as the process ends).
+    assert :ok == wait_until(fn -> RakNet.Server.lookup(server, :id, "alice") == :error end)
+    assert RakNet.Server.lookup(server, :address, address) == :error
+    assert length(RakNet.Server.connections(server)) == 1
+  end
+
+  test "a killed connection process leaves no rows behind" do
+    {server, port} = start_server(LinkingClient)
+    {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:linking_new, pid, _player}, 5_000
+    Process.exit(pid, :kill)
+    assert :ok == wait_until(fn -> RakNet.Server.connections(server) == [] end)
+  end
+
+  # The registry removes a killed process's rows when its monitor fires: poll briefly.
+  defp wait_until(fun, tries \\ 100) do
+    cond do
+      fun.() ->
+        :ok
+
+      tries == 0 ->
+        :timeout
+
+      true ->
+        receive do
+        after
+          10 -> wait_until(fun, tries - 1)
+        end
+    end
+  end
+end
