@@ -239,7 +239,10 @@ impl Driver {
                     });
                 }
             },
-            Command::SetPong(data) => self.endpoint.set_offline_ping_response(data),
+            Command::SetPong(data) => {
+                // The NIF checked the size against MAX_OFFLINE_PING_RESPONSE already.
+                let _ = self.endpoint.set_offline_ping_response(data);
+            }
             Command::Ping { addr, owner } => {
                 if self.pingers.len() >= 1024 {
                     self.pingers.clear();

@@ -279,14 +279,18 @@ fn endpoint_info(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<
 }
 
 #[rustler::nif]
-fn endpoint_set_offline_ping_response(
+fn endpoint_set_offline_ping_response<'a>(
+    env: Env<'a>,
     endpoint: ResourceArc<EndpointResource>,
-    data: Binary<'_>,
-) -> Atom {
+    data: Binary<'a>,
+) -> Term<'a> {
+    if data.len() > raknet_proto::MAX_OFFLINE_PING_RESPONSE {
+        return error(env, atoms::too_large());
+    }
     let _ = endpoint
         .tx
         .send(Command::SetPong(Bytes::copy_from_slice(data.as_slice())));
-    atoms::ok()
+    atoms::ok().encode(env)
 }
 
 #[rustler::nif]

@@ -23,9 +23,8 @@ use crate::datagram::{
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::frame::{Frame, Frames, ORDERING_CHANNELS};
 use crate::message::{
-    id, ConnectedMessage, ConnectedPing, ConnectedPong, ConnectionRequest,
-    ConnectionRequestAccepted, NewIncomingConnection, OfflineMessage, OpenConnectionRequest1,
-    OpenConnectionRequest2, Timestamped,
+    id, ConnectedMessage, ConnectedPing, ConnectedPong, ConnectionRequest, NewIncomingConnection,
+    OfflineMessage, OpenConnectionRequest1, OpenConnectionRequest2, Timestamped,
 };
 use crate::recv::ordering::{Channel, Outcome};
 use crate::recv::reassembly::{Reassembly, Refusal};
@@ -78,9 +77,8 @@ enum State {
     },
     /// Client: 0x09 sent, waiting for 0x10.
     Requesting,
-    /// Server: Reply2 sent, waiting for 0x09.
-    Unverified,
-    /// Server: 0x10 sent, waiting for 0x13.
+    /// Server: created by a verified 0x13 (see [`crate::handshake`]), which is processed
+    /// next; also holds messages that arrived with it.
     Accepting,
     Connected,
     /// Our 0x15 and everything before it wait for acknowledgement.
@@ -114,6 +112,9 @@ pub(crate) struct Connection {
     protocol: u8,
     mtu: u16,
     epoch: Instant,
+    /// Added to every timestamp we send the peer and taken off every one it echoes: the
+    /// keyed per-peer offset that proves the 0x13 echo (server role; 0 for clients).
+    clock_offset: u64,
     created: Instant,
     last_receive: Instant,
     next_ping: Option<Instant>,
@@ -202,6 +203,7 @@ impl Connection {
             protocol,
             mtu,
             epoch,
+            clock_offset: 0,
             created: now,
             last_receive: now,
             next_ping: None,
@@ -260,23 +262,43 @@ impl Connection {
         Self::new(config, peer, state, epoch, now)
     }
 
-    /// A server connection created on a valid OCR2, after Reply2 was sent.
-    pub(crate) fn server(
+    /// A server connection created when a verified 0x13 arrived (the handshake before it
+    /// was answered without a connection, see [`crate::handshake`]). Its state is what the
+    /// exchange so far left behind: our 0x10 went out as datagram #0 with reliable and
+    /// ordering index 0 on channel 0 and has been received (0x13 echoes it), so our
+    /// counters continue at 1 and nothing is in flight; the client's 0x09 used its reliable
+    /// index 0, and its receive window starts at the datagram carrying the 0x13 (earlier
+    /// ones were acknowledged by the handshake).
+    pub(crate) fn accepted(
         config: Arc<EndpointConfig>,
         peer: Peer,
         epoch: Instant,
         now: Instant,
+        acc: crate::handshake::Accepted,
     ) -> Self {
-        Self::new(
-            config,
-            Peer {
-                role: Role::Server,
-                ..peer
-            },
-            State::Unverified,
-            epoch,
-            now,
-        )
+        let peer = Peer {
+            role: Role::Server,
+            ..peer
+        };
+        let mut c = Self::new(config, peer, State::Accepting, epoch, now);
+        let first = c.config.initial_index_for_tests;
+        let second = first.wrapping_add(1);
+        let limits = &c.config.limits;
+        c.created = epoch + Duration::from_millis(acc.created_ms);
+        c.clock_offset = acc.clock_offset;
+        c.next_seq = DatagramSeq::new(second);
+        c.next_message_index = MessageIndex::new(second);
+        c.queue.skip_ordered(0);
+        c.window = DatagramWindow::starting_at(acc.client_seq, limits.max_datagram_gap);
+        c.reliable =
+            ReliableWindow::starting_at(MessageIndex::new(second), limits.max_reliable_window);
+        if let Some(sample) = acc.rtt_sample {
+            c.rtt.update(sample);
+        }
+        if let Some(seq) = acc.request_seq {
+            c.acks.push(now, seq);
+        }
+        c
     }
 
     // ---- getters -------------------------------------------------------------------
@@ -314,16 +336,11 @@ impl Connection {
         self.ever_connected
     }
 
-    /// Whether this server connection is still waiting for 0x09 (Reply2 may be resent).
-    pub(crate) fn is_unverified(&self) -> bool {
-        self.state == State::Unverified
-    }
-
     /// Whether the handshake (offline or connected part) is still under way.
     fn handshaking(&self) -> bool {
         matches!(
             self.state,
-            State::Offline { .. } | State::Requesting | State::Unverified | State::Accepting
+            State::Offline { .. } | State::Requesting | State::Accepting
         )
     }
 
@@ -356,6 +373,16 @@ impl Connection {
     /// Milliseconds on this endpoint's RakNet clock.
     fn time_ms(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    /// Our clock as this peer sees it (with its offset): for every timestamp we send.
+    fn wire_ms(&self, now: Instant) -> u64 {
+        crate::handshake::wire_time(self.time_ms(now), self.clock_offset)
+    }
+
+    /// One of our own timestamps, echoed by the peer, back on our clock.
+    fn echoed_ms(&self, wire: u64) -> u64 {
+        crate::handshake::local_time(wire, self.clock_offset)
     }
 
     fn max_fragment(&self) -> usize {
@@ -499,6 +526,8 @@ impl Connection {
                 if reply.security_answer.is_some() {
                     return self.fail(ConnectError::SecurityRequired);
                 }
+                // The client's first RTT sample: OCR2 → Reply2 is a round trip to the
+                // address we chose (the server's side takes none from its offline part).
                 if let Some((_, Some(sent))) = ocr2 {
                     self.rtt.update(now.saturating_duration_since(*sent));
                 }
@@ -511,7 +540,7 @@ impl Connection {
                 self.state = State::Requesting;
                 let request = ConnectionRequest {
                     client_guid: self.our_guid,
-                    time: self.time_ms(now),
+                    time: self.wire_ms(now),
                     use_security: false,
                     password: Bytes::new(),
                 };
@@ -732,53 +761,38 @@ impl Connection {
         };
         let now_ms = self.time_ms(now);
         match (msg, &self.state) {
-            (ConnectedMessage::ConnectionRequest(req), State::Unverified) => {
-                self.rtt.update(now.saturating_duration_since(self.created));
-                if req.client_guid != self.peer_guid {
-                    return self.finish(DisconnectReason::ProtocolViolation(
-                        "connection request GUID differs from OCR2",
-                    ));
-                }
-                let n = self.config.internal_addresses_for(self.protocol);
-                let accepted = ConnectionRequestAccepted {
-                    client_address: self.addr,
-                    system_index: 0,
-                    internal_addresses: self.internal_addresses(n),
-                    request_time: req.time,
-                    accepted_time: now_ms,
-                };
-                self.send_internal(now, &accepted, Reliability::ReliableOrdered);
-                self.state = State::Accepting;
-            }
             (ConnectedMessage::ConnectionRequest(_), _) => {
                 // Answer one 0x09 per connection: repeating it must not make us emit 0x10s
                 // (reflection, protocol reference §14 item 10).
             }
             (ConnectedMessage::ConnectionRequestAccepted(acc), State::Requesting) => {
-                self.clock.add(acc.request_time, now_ms, acc.accepted_time);
+                self.clock
+                    .add(self.echoed_ms(acc.request_time), now_ms, acc.accepted_time);
                 let n = self.config.internal_addresses_for(self.protocol);
                 let nic = NewIncomingConnection {
                     server_address: self.addr,
                     internal_addresses: self.internal_addresses(n),
                     ping_time: acc.accepted_time,
-                    pong_time: now_ms,
+                    pong_time: self.wire_ms(now),
                 };
                 self.send_internal(now, &nic, Reliability::ReliableOrdered);
                 self.establish(now);
             }
             (ConnectedMessage::NewIncomingConnection(nic), State::Accepting) => {
-                self.clock.add(nic.ping_time, now_ms, nic.pong_time);
+                self.clock
+                    .add(self.echoed_ms(nic.ping_time), now_ms, nic.pong_time);
                 self.establish(now);
             }
             (ConnectedMessage::ConnectedPing(ping), _) => {
                 let pong = ConnectedPong {
                     ping_time: ping.time,
-                    pong_time: now_ms,
+                    pong_time: self.wire_ms(now),
                 };
                 self.send_internal(now, &pong, Reliability::Unreliable);
             }
             (ConnectedMessage::ConnectedPong(pong), _) => {
-                self.clock.add(pong.ping_time, now_ms, pong.pong_time);
+                self.clock
+                    .add(self.echoed_ms(pong.ping_time), now_ms, pong.pong_time);
             }
             (ConnectedMessage::DisconnectionNotification, State::Closing { .. }) => {
                 self.finish(DisconnectReason::PeerClosed)
@@ -811,11 +825,6 @@ impl Connection {
                         self.stats.messages_in += 1;
                         self.early.push((payload, transit));
                     }
-                    State::Unverified => {
-                        self.finish(DisconnectReason::ProtocolViolation(
-                            "message before connection request",
-                        ));
-                    }
                     _ => self.stats.refused_over_limit += 1,
                 }
             }
@@ -837,7 +846,7 @@ impl Connection {
 
     fn send_ping(&mut self, now: Instant) {
         let ping = ConnectedPing {
-            time: self.time_ms(now),
+            time: self.wire_ms(now),
         };
         self.send_internal(now, &ping, Reliability::Unreliable);
     }
