@@ -161,7 +161,9 @@ pub struct EndpointConfig {
     /// Put the 4-byte timestamp after the flag byte of data and ACK datagrams (official's
     /// UDT build, used by X-Plane's client). Both peers must agree. Default `false`.
     pub datagram_timestamps: bool,
-    /// Close a connection after this long without receiving anything. Default 10 s.
+    /// Close a connection after this long without receiving anything valid (garbage does not
+    /// count), or when reliable data has waited this long without any acknowledgement.
+    /// Default 10 s.
     pub timeout: Duration,
     /// Give up a handshake after this long. Default 10 s.
     pub handshake_timeout: Duration,

@@ -98,6 +98,13 @@ enum State {
 /// acknowledges every second segment), while sparse traffic still gets batched ACKs.
 const ACK_EVERY: usize = 16;
 
+/// Most doublings of the RTO while no datagram has ever been acknowledged: a peer that
+/// never ACKs (a forged address) sees our resends thin out exponentially.
+const MAX_BACKOFF: u32 = 5;
+/// NAKed datagrams honoured per RTT at least (beyond the congestion window's worth): a
+/// forged NAK of 0..8191 must not make us resend everything at once.
+const MIN_NAKS_PER_RTT: u64 = 16;
+
 /// Delivered message, before classification.
 struct Delivered(Bytes);
 
@@ -116,7 +123,17 @@ pub(crate) struct Connection {
     /// keyed per-peer offset that proves the 0x13 echo (server role; 0 for clients).
     clock_offset: u64,
     created: Instant,
+    /// When the peer last sent something valid (a datagram that decodes and carries a new
+    /// datagram number, or an ACK/NAK of something we sent): only that refreshes the idle
+    /// timer, so garbage with the 0x80 bit cannot hold a slot.
     last_receive: Instant,
+    /// When reliable data was last acknowledged, or first left unacknowledged: a peer that
+    /// leaves reliable data unacknowledged for `timeout` is gone, whatever else it sends.
+    ack_progress: Instant,
+    /// RTO doublings so far, while nothing was ever acknowledged.
+    backoff: u32,
+    /// NAK-triggered losses left in the current RTT window, and when the window ends.
+    nak_budget: (u64, Instant),
     next_ping: Option<Instant>,
     ever_connected: bool,
 
@@ -206,6 +223,9 @@ impl Connection {
             clock_offset: 0,
             created: now,
             last_receive: now,
+            ack_progress: now,
+            backoff: 0,
+            nak_budget: (0, now),
             next_ping: None,
             ever_connected: false,
             queue: SendQueue::starting_at(OrderIndex::new(first)),
@@ -360,6 +380,7 @@ impl Connection {
         s.cwnd = self.cc.window();
         s.resends = self.flight.counters.resends;
         s.naks_received = self.flight.counters.naks_received;
+        s.backoff = self.backoff;
         s.datagrams_lost = self.flight.counters.lost_datagrams;
         s.send_queue_frames = self.queue.len();
         s.send_queue_bytes = self.queue.bytes;
@@ -588,23 +609,53 @@ impl Connection {
         if matches!(self.state, State::Closed | State::Offline { .. }) {
             return;
         }
-        self.last_receive = now;
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += datagram.len() as u64;
         match Datagram::decode(datagram, self.config.datagram_timestamps) {
             Err(_) => self.stats.malformed += 1,
             Ok(Datagram::Ack(ack)) => {
+                let before = self.flight.counters.acked_datagrams;
+                let unacked = self.flight.reliable_in_flight();
                 self.walk_ranges(&ack.ranges, |c, seq| {
                     c.flight
                         .on_ack(seq, now, &mut c.rtt, c.cc.as_mut(), &mut c.receipts_out);
                 });
+                if self.flight.counters.acked_datagrams > before {
+                    self.last_receive = now;
+                    self.backoff = 0;
+                }
+                if self.flight.reliable_in_flight() < unacked {
+                    self.ack_progress = now;
+                }
                 self.flush_receipts();
                 self.check_closing_done();
             }
             Ok(Datagram::Nak(nak)) => {
+                let before = self.flight.counters.naks_received;
+                let (mut left, mut until) = self.nak_budget;
+                if now >= until {
+                    // A new RTT window: honour a congestion window's worth of NAKs.
+                    let per_rtt = (self.cc.window() / self.udp_budget()) as u64;
+                    left = per_rtt.max(MIN_NAKS_PER_RTT);
+                    until = now + self.rtt.srtt().max(Duration::from_millis(10));
+                }
+                let mut ignored = 0;
                 self.walk_ranges(&nak.ranges, |c, seq| {
-                    c.flight.on_nak(seq, c.cc.as_mut(), &mut c.receipts_out)
+                    if left == 0 {
+                        ignored += 1;
+                        return;
+                    }
+                    let n = c.flight.counters.naks_received;
+                    c.flight.on_nak(seq, c.cc.as_mut(), &mut c.receipts_out);
+                    if c.flight.counters.naks_received > n {
+                        left -= 1;
+                    }
                 });
+                self.nak_budget = (left, until);
+                self.stats.naks_ignored += ignored;
+                if self.flight.counters.naks_received > before {
+                    self.last_receive = now;
+                }
                 self.flush_receipts();
             }
             Ok(Datagram::Data { header, body }) => self.handle_data(now, header, body),
@@ -646,6 +697,7 @@ impl Connection {
                 return;
             }
             Arrival::New { missing } => {
+                self.last_receive = now;
                 if let Some(range) = missing {
                     self.naks.push_range(now, range);
                 }
@@ -909,9 +961,18 @@ impl Connection {
         if now >= self.last_receive + self.config.timeout {
             return self.finish(DisconnectReason::Timeout);
         }
-        let rto = self.rtt.rto();
+        if !self.flight.all_acked() && now >= self.ack_progress + self.config.timeout {
+            // Official's dead-connection rule (§6.8), with "nothing arrived" made "nothing
+            // acknowledged": forged keep-alives cannot keep us resending forever.
+            return self.finish(DisconnectReason::Timeout);
+        }
+        let rto = self.current_rto();
+        let lost = self.flight.counters.lost_datagrams;
         self.flight
             .on_timeout(now, rto, self.cc.as_mut(), &mut self.receipts_out);
+        if self.flight.counters.lost_datagrams > lost && self.flight.counters.acked_datagrams == 0 {
+            self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        }
         let mut lost = std::mem::take(&mut self.receipts_out);
         let flight = &mut self.flight;
         let stats = &mut self.stats;
@@ -931,6 +992,11 @@ impl Connection {
         if self.pace_until.is_some_and(|t| now >= t) {
             self.pace_until = None;
         }
+    }
+
+    /// The RTO, doubled per timeout while the peer has never acknowledged anything.
+    fn current_rto(&self) -> Duration {
+        self.rtt.rto() * (1 << self.backoff)
     }
 
     fn check_closing_done(&mut self) {
@@ -963,7 +1029,8 @@ impl Connection {
         let handshaking = self.handshaking();
         min(handshaking.then(|| self.created + self.config.handshake_timeout));
         min(Some(self.last_receive + self.config.timeout));
-        min(self.flight.next_expiry(self.rtt.rto()));
+        min((!self.flight.all_acked()).then(|| self.ack_progress + self.config.timeout));
+        min(self.flight.next_expiry(self.current_rto()));
         min(self.acks.since.map(|s| s + self.config.ack_delay));
         min(self.naks.since.map(|s| s + self.config.nak_delay));
         min(self.next_ping);
@@ -1087,10 +1154,16 @@ impl Connection {
         if matches!(self.state, State::Draining { .. }) {
             return false;
         }
+        // Resends too wait for the congestion window (issue #11: a forged NAK or a peer that
+        // stopped ACKing must not make us blast the whole flight at once). Lost datagrams
+        // leave `bytes_in_flight`, so the window reopens for them.
         let window_open = self.flight.bytes_in_flight < self.cc.window();
         let has_new = !self.queue.is_empty() && window_open;
-        if !self.flight.has_resends() && !has_new {
+        if !(self.flight.has_resends() && window_open) && !has_new {
             return false;
+        }
+        if self.flight.all_acked() {
+            self.ack_progress = now;
         }
         if self.pace_until.is_some_and(|t| now < t) {
             return false;
@@ -1114,7 +1187,7 @@ impl Connection {
         header.encode(buf);
 
         let mut resent = Vec::new();
-        while let Some(f) = self.flight.peek_resend() {
+        while let Some(f) = self.flight.peek_resend().filter(|_| window_open) {
             if buf.len() + f.encoded_len() > budget {
                 break;
             }
