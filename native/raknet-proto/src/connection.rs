@@ -1158,8 +1158,7 @@ impl Connection {
         // stopped ACKing must not make us blast the whole flight at once). Lost datagrams
         // leave `bytes_in_flight`, so the window reopens for them.
         let window_open = self.flight.bytes_in_flight < self.cc.window();
-        let has_new = !self.queue.is_empty() && window_open;
-        if !(self.flight.has_resends() && window_open) && !has_new {
+        if !window_open || (!self.flight.has_resends() && self.queue.is_empty()) {
             return false;
         }
         if self.flight.all_acked() {
