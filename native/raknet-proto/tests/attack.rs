@@ -86,10 +86,6 @@ fn server(config: EndpointConfig) -> (Endpoint, Instant, SocketAddr) {
     (Endpoint::new(config, addr, now), now, addr)
 }
 
-fn connected(events: &[Event]) -> bool {
-    events.iter().any(|e| matches!(e, Event::Connected { .. }))
-}
-
 /// A spoofed OCR2 flood from 1,000 addresses, then a real client of `protocol`.
 fn flood_then_connect(protocol: u8) {
     let server_cfg = EndpointConfig {
