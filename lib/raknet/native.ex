@@ -53,8 +53,22 @@ defmodule RakNet.Native do
   def endpoint_info(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec endpoint_set_offline_ping_response(reference(), binary()) :: :ok
+  @spec endpoint_set_offline_ping_response(reference(), binary()) :: :ok | {:error, :too_large}
   def endpoint_set_offline_ping_response(_endpoint, _data), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_ban(reference(), binary(), non_neg_integer() | nil) ::
+          :ok | {:error, :einval | :closed}
+  def endpoint_ban(_endpoint, _ip, _duration_ms), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_unban(reference(), binary()) :: :ok | {:error, :einval | :closed}
+  def endpoint_unban(_endpoint, _ip), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_banned(reference()) ::
+          [{binary(), non_neg_integer() | nil}] | {:error, :closed}
+  def endpoint_banned(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec endpoint_connect(reference(), binary(), :inet.port_number(), pid()) ::

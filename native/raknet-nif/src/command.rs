@@ -1,8 +1,9 @@
 //! What NIF calls ask of an endpoint's thread. Sent over an unbounded channel whose memory is
 //! bounded by the per-connection send budget checked before enqueueing.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc::SyncSender;
+use std::time::Duration;
 
 use bytes::Bytes;
 use raknet_proto::SendOptions;
@@ -51,6 +52,16 @@ pub(crate) enum Command {
     /// Answer with a term built in the given env (for the dirty `*_info` NIFs).
     Info {
         key: Option<u64>,
+        reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
+    },
+    /// Ban an IP for a while (`None`: until unbanned).
+    Ban {
+        ip: IpAddr,
+        duration: Option<Duration>,
+    },
+    Unban(IpAddr),
+    /// Answer with the list of bans, built in the given env (for the dirty NIF).
+    Banned {
         reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
     },
     Stop,

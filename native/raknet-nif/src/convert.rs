@@ -4,8 +4,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use raknet_proto::{
-    ConnectError, ConnectionStats, DisconnectReason, EndpointConfig, Limit, Limits, Priority,
-    Reliability,
+    AdmissionLimits, ConnectError, ConnectionStats, DisconnectReason, EndpointConfig, Limit,
+    Limits, Priority, Reliability,
 };
 use rustler::{Atom, Encoder, Env, Term};
 
@@ -27,6 +27,39 @@ fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<
     let env = map.get_env();
     let k = Atom::from_str(env, key).map_err(|_| key)?;
     map.map_get(k).and_then(|v| v.decode()).map_err(|_| key)
+}
+
+/// An optional key: absent (or `nil`) is `None`, so the engine default applies; present
+/// with the wrong type is an error naming the key.
+fn opt<'a, T: rustler::Decoder<'a>>(
+    map: Term<'a>,
+    key: &'static str,
+) -> Result<Option<T>, &'static str> {
+    let env = map.get_env();
+    let k = Atom::from_str(env, key).map_err(|_| key)?;
+    match map.map_get(k) {
+        Err(_) => Ok(None),
+        Ok(v) if v.is_atom() && v.decode::<Atom>().is_ok_and(|a| a == atoms::nil()) => Ok(None),
+        Ok(v) => v.decode().map(Some).map_err(|_| key),
+    }
+}
+
+/// The admission limits: each key optional, defaults from [`AdmissionLimits::default`].
+fn admission(map: Term<'_>) -> Result<AdmissionLimits, &'static str> {
+    let d = AdmissionLimits::default();
+    Ok(AdmissionLimits {
+        max_half_open: opt(map, "max_half_open")?.unwrap_or(d.max_half_open),
+        max_half_open_per_ip: opt(map, "max_half_open_per_ip")?.unwrap_or(d.max_half_open_per_ip),
+        max_connections_per_ip: opt(map, "max_connections_per_ip")?
+            .unwrap_or(d.max_connections_per_ip),
+        new_connections_per_ip_per_sec: opt(map, "new_connections_per_ip_per_sec")?
+            .unwrap_or(d.new_connections_per_ip_per_sec),
+        pongs_per_ip_per_sec: opt(map, "pongs_per_ip_per_sec")?.unwrap_or(d.pongs_per_ip_per_sec),
+        pong_amplification: opt(map, "pong_amplification")?.unwrap_or(d.pong_amplification),
+        pong_bytes_per_sec: opt(map, "pong_bytes_per_sec")?.unwrap_or(d.pong_bytes_per_sec),
+        max_amplification: opt(map, "max_amplification")?.unwrap_or(d.max_amplification),
+        max_tracked_ips: opt(map, "max_tracked_ips")?.unwrap_or(d.max_tracked_ips),
+    })
 }
 
 /// Decode the option map; the error names the offending key.
@@ -78,7 +111,15 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
                 .unwrap_or(Limits::default().max_endpoint_buffered_bytes),
             ..Limits::default()
         },
+        admission: admission(map)?,
         ..EndpointConfig::default()
+    };
+    let config = match opt::<u64>(map, "handshake_timeout_ms")? {
+        Some(ms) => EndpointConfig {
+            handshake_timeout: Duration::from_millis(ms.max(100)),
+            ..config
+        },
+        None => config,
     };
     // Optional: absent means one socket per address family.
     let dual_stack = get::<bool>(map, "dual_stack").unwrap_or(false);

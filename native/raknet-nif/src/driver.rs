@@ -331,7 +331,10 @@ impl Driver {
                     });
                 }
             },
-            Command::SetPong(data) => self.endpoint.set_offline_ping_response(data),
+            Command::SetPong(data) => {
+                // The NIF checked the size against MAX_OFFLINE_PING_RESPONSE already.
+                let _ = self.endpoint.set_offline_ping_response(data);
+            }
             Command::Ping { addr, owner } => {
                 if self.pingers.len() >= 1024 {
                     self.pingers.clear();
@@ -355,6 +358,22 @@ impl Driver {
                 panic!("fault injected by endpoint_inject_fault")
             }
             Command::InjectPanic => {}
+            Command::Ban { ip, duration } => self.endpoint.ban(now, ip, duration),
+            Command::Unban(ip) => self.endpoint.unban(ip),
+            Command::Banned { reply } => {
+                let env = OwnedEnv::new();
+                let bans = self.endpoint.banned(now);
+                let saved = env.save(env.run(|env| {
+                    bans.iter()
+                        .map(|(ip, left)| {
+                            let left = left.map(|d| d.as_millis() as u64);
+                            (ip.to_string(), left).encode(env)
+                        })
+                        .collect::<Vec<_>>()
+                        .encode(env)
+                }));
+                let _ = reply.try_send(Some((env, saved)));
+            }
             Command::Stop => {
                 if self.stop_deadline.is_none() {
                     self.endpoint.shutdown(now);
@@ -382,6 +401,20 @@ impl Driver {
                     ("malformed", s.malformed),
                     ("offline_queue_full", s.offline_queue_full),
                     ("buffered_bytes", s.buffered_bytes as u64),
+                    ("half_open", s.half_open as u64),
+                    ("half_open_evicted", s.half_open_evicted),
+                    ("half_open_per_ip_full", s.half_open_per_ip_full),
+                    ("refused_ip_connections", s.refused_ip_connections),
+                    ("refused_recently_connected", s.refused_recently_connected),
+                    ("bad_echo", s.bad_echo),
+                    ("handshake_dropped", s.handshake_dropped),
+                    ("refused_full_late", s.refused_full_late),
+                    ("amplification_limited", s.amplification_limited),
+                    ("ocr1_too_small", s.ocr1_too_small),
+                    ("offline_ignored", s.offline_ignored),
+                    ("pongs_rate_limited", s.pongs_rate_limited),
+                    ("pongs_budget_exhausted", s.pongs_budget_exhausted),
+                    ("pongs_too_large", s.pongs_too_large),
                     ("recv_buffer_bytes", self.me.buffers.0 as u64),
                     ("send_buffer_bytes", self.me.buffers.1 as u64),
                 ],

@@ -287,14 +287,70 @@ fn endpoint_info(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<
 }
 
 #[rustler::nif]
-fn endpoint_set_offline_ping_response(
+fn endpoint_set_offline_ping_response<'a>(
+    env: Env<'a>,
     endpoint: ResourceArc<EndpointResource>,
-    data: Binary<'_>,
-) -> Atom {
+    data: Binary<'a>,
+) -> Term<'a> {
+    if data.len() > raknet_proto::MAX_OFFLINE_PING_RESPONSE {
+        return error(env, atoms::too_large());
+    }
     let _ = endpoint
         .tx
         .send(Command::SetPong(Bytes::copy_from_slice(data.as_slice())));
-    atoms::ok()
+    atoms::ok().encode(env)
+}
+
+/// Parse an IP literal (no names: bans are by address).
+fn parse_ip(ip: &str) -> Result<IpAddr, Atom> {
+    ip.parse().map_err(|_| atoms::einval())
+}
+
+#[rustler::nif]
+fn endpoint_ban<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    ip: String,
+    duration_ms: Option<u64>,
+) -> Term<'a> {
+    let ip = match parse_ip(&ip) {
+        Ok(ip) => ip,
+        Err(e) => return error(env, e),
+    };
+    let duration = duration_ms.map(Duration::from_millis);
+    match endpoint.tx.send(Command::Ban { ip, duration }) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
+#[rustler::nif]
+fn endpoint_unban<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    ip: String,
+) -> Term<'a> {
+    let ip = match parse_ip(&ip) {
+        Ok(ip) => ip,
+        Err(e) => return error(env, e),
+    };
+    match endpoint.tx.send(Command::Unban(ip)) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
+/// Waits (at most a second) for the endpoint thread's answer, hence the dirty scheduler.
+#[rustler::nif(schedule = "DirtyIo")]
+fn endpoint_banned(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<'_> {
+    let (reply, answer) = sync_channel(1);
+    if endpoint.tx.send(Command::Banned { reply }).is_err() {
+        return error(env, atoms::closed());
+    }
+    match answer.recv_timeout(Duration::from_secs(1)) {
+        Ok(Some((owned, saved))) => owned.run(|e| saved.load(e).in_env(env)),
+        _ => error(env, atoms::closed()),
+    }
 }
 
 #[rustler::nif]
@@ -498,7 +554,8 @@ fn broadcast<'a>(
         if conn.closed.load(Ordering::Relaxed) || len > conn.max_message_bytes {
             continue;
         }
-        let backlog = conn.pending_bytes.load(Ordering::Relaxed) + conn.backlog.load(Ordering::Relaxed);
+        let backlog =
+            conn.pending_bytes.load(Ordering::Relaxed) + conn.backlog.load(Ordering::Relaxed);
         if backlog + len > conn.max_send_bytes {
             continue;
         }

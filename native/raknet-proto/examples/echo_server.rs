@@ -13,7 +13,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use raknet_proto::{BedrockMotd, Endpoint, EndpointConfig, Event, Reliability, SendOptions};
+use raknet_proto::{
+    AdmissionLimits, BedrockMotd, Endpoint, EndpointConfig, Event, Reliability, SendOptions,
+};
 
 fn main() -> std::io::Result<()> {
     let addr: SocketAddr = std::env::args()
@@ -30,6 +32,11 @@ fn main() -> std::io::Result<()> {
     let mut endpoint = Endpoint::new(
         EndpointConfig {
             rng_seed: seed,
+            // A Bedrock MOTD makes pongs 4-6 times the ping (see `pong_amplification`).
+            admission: AdmissionLimits {
+                pong_amplification: 6,
+                ..AdmissionLimits::default()
+            },
             ..EndpointConfig::default()
         },
         local,
@@ -49,7 +56,9 @@ fn main() -> std::io::Result<()> {
         port_v4: local.port(),
         port_v6: local.port().wrapping_add(1),
     };
-    endpoint.set_offline_ping_response(motd.to_pong_data());
+    endpoint
+        .set_offline_ping_response(motd.to_pong_data())
+        .expect("the MOTD fits one datagram");
     eprintln!(
         "raknet echo server on udp://{local} (guid {:#018x}); Ctrl-C to stop",
         endpoint.guid()
@@ -90,7 +99,7 @@ fn main() -> std::io::Result<()> {
                         "{addr} connected (conn {}, protocol {protocol}, MTU {mtu})",
                         conn.as_u64()
                     );
-                    endpoint.set_offline_ping_response(
+                    let _ = endpoint.set_offline_ping_response(
                         BedrockMotd {
                             players_online: players,
                             ..motd.clone()
@@ -109,7 +118,7 @@ fn main() -> std::io::Result<()> {
                 Event::Disconnected { conn, reason } => {
                     players = players.saturating_sub(1);
                     eprintln!("conn {} disconnected: {reason}", conn.as_u64());
-                    endpoint.set_offline_ping_response(
+                    let _ = endpoint.set_offline_ping_response(
                         BedrockMotd {
                             players_online: players,
                             ..motd.clone()

@@ -72,6 +72,63 @@ impl Default for Limits {
     }
 }
 
+/// Limits on what strangers (addresses without a connection) get from an endpoint. Every
+/// refusal or drop they cause is counted in [`crate::EndpointStats`]; every table they can
+/// fill is capped and evicts its oldest entry.
+///
+/// The defaults protect a public server and still let 100 players behind one NAT (one
+/// IP) connect at once: they get up to 64 handshakes in flight, 128 connections, and 20 new
+/// connections a second (the rest retry, as clients do on their own).
+///
+/// Build one with struct-update syntax:
+/// `AdmissionLimits { max_connections_per_ip: 8, ..AdmissionLimits::default() }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionLimits {
+    /// Most handshakes between OCR2 and 0x13 held at once (each a record of at most 64
+    /// bytes, no connection). Beyond it the oldest is forgotten. Default 4096.
+    pub max_half_open: usize,
+    /// Most of those from one IP; further OCR2s from it are dropped until one completes or
+    /// expires. Default 64.
+    pub max_half_open_per_ip: usize,
+    /// Most connections one IP may hold; OCR2 beyond it gets 0x14. Default 128.
+    pub max_connections_per_ip: usize,
+    /// New connections (handshakes started) per IP per second, with a burst of as many;
+    /// beyond it OCR2 gets 0x1A "IP recently connected" (official's
+    /// `SetLimitIPConnectionFrequency`, 10 a second). Loopback is exempt. Default 20.
+    pub new_connections_per_ip_per_sec: u32,
+    /// Unconnected pongs per source IP per second, with a burst of as many. Default 16.
+    pub pongs_per_ip_per_sec: u32,
+    /// Largest pong as a multiple of its ping. A Bedrock MOTD (100-150 bytes) makes a pong
+    /// of 4-6 times the 33-byte ping: raise this to 6 to answer Bedrock server lists, the
+    /// per-IP and global pong budgets still bound what a spoofer can reflect. Default 3.
+    pub pong_amplification: u32,
+    /// Unconnected pong bytes per second over all sources (with a burst of one second's
+    /// worth). Default 256 KiB.
+    pub pong_bytes_per_sec: u64,
+    /// Anti-amplification factor, as QUIC's: until an address has shown it receives our
+    /// datagrams, we send it at most this many times the bytes it sent us (per handshake;
+    /// a pong at most this many times its ping). Default 3.
+    pub max_amplification: u32,
+    /// Most IPs remembered by each per-IP rate table (oldest evicted). Default 16 384.
+    pub max_tracked_ips: usize,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        Self {
+            max_half_open: 4096,
+            max_half_open_per_ip: 64,
+            max_connections_per_ip: 128,
+            new_connections_per_ip_per_sec: 20,
+            pongs_per_ip_per_sec: 16,
+            pong_amplification: 3,
+            pong_bytes_per_sec: 256 << 10,
+            max_amplification: 3,
+            max_tracked_ips: 16_384,
+        }
+    }
+}
+
 /// Configuration of an [`crate::Endpoint`] and of every connection it owns.
 ///
 /// Build one with struct-update syntax:
@@ -97,9 +154,11 @@ pub struct EndpointConfig {
     pub attempts_per_probe: u32,
     /// Interval between OCR1 attempts. Default 500 ms.
     pub connect_attempt_interval: Duration,
-    /// Send and require the stateless anti-spoofing cookie in Reply1/OCR2 (the
-    /// cookie-only variant that Bedrock clients accept; official 4.081 clients do not).
-    /// Default `false`.
+    /// Send and require the stateless anti-spoofing cookie in Reply1/OCR2 for clients of
+    /// protocol 10 and above (the cookie-only variant that Bedrock clients accept).
+    /// Official 4.081 clients (protocol 6) cannot parse a cookie and never get one; their
+    /// address is proven later, by the 0x13 echo (see the `handshake` module). With `false`
+    /// every protocol takes that path. Default `true`.
     pub use_cookies: bool,
     /// Internal addresses sent in 0x10/0x13 for protocol 6 (official 10; X-Plane's build 30).
     /// Protocols 10 and 11 always use 20, like Minecraft. Default 10.
@@ -117,7 +176,9 @@ pub struct EndpointConfig {
     /// delivers such messages unchanged (type 0x1B, the peer's 8-byte stamp, then the inner
     /// message), as X-Plane's library does. Default `true`.
     pub strip_timestamps: bool,
-    /// Close a connection after this long without receiving anything. Default 10 s.
+    /// Close a connection after this long without receiving anything valid (garbage does not
+    /// count), or when reliable data has waited this long without any acknowledgement.
+    /// Default 10 s.
     pub timeout: Duration,
     /// Give up a handshake after this long. Default 10 s.
     pub handshake_timeout: Duration,
@@ -138,6 +199,9 @@ pub struct EndpointConfig {
     pub offline_ping_response: bytes::Bytes,
     /// Hostile-input and memory limits.
     pub limits: Limits,
+    /// Who gets an answer: half-open handshakes, per-IP caps and rates, pong budgets,
+    /// anti-amplification.
+    pub admission: AdmissionLimits,
     /// Where every 24-bit counter starts (datagram number, reliable, ordering indices) on
     /// both directions. RakNet starts at 0; tests set a value just below 2^24 on both peers
     /// to cross the wrap quickly. Never change it for a real peer.
@@ -157,7 +221,7 @@ impl Default for EndpointConfig {
             mtu_probes: vec![1492, 1200, 576],
             attempts_per_probe: 4,
             connect_attempt_interval: Duration::from_millis(500),
-            use_cookies: false,
+            use_cookies: true,
             internal_addresses: 10,
             datagram_timestamps: false,
             advertised_ip: None,
@@ -171,6 +235,7 @@ impl Default for EndpointConfig {
             close_linger: Duration::from_secs(1),
             offline_ping_response: bytes::Bytes::new(),
             limits: Limits::default(),
+            admission: AdmissionLimits::default(),
             initial_index_for_tests: 0,
         }
     }

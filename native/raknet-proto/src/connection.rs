@@ -25,9 +25,8 @@ use crate::datagram::{
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::frame::{Frame, Frames, ORDERING_CHANNELS};
 use crate::message::{
-    id, ConnectedMessage, ConnectedPing, ConnectedPong, ConnectionRequest,
-    ConnectionRequestAccepted, NewIncomingConnection, OfflineMessage, OpenConnectionRequest1,
-    OpenConnectionRequest2, Timestamped,
+    id, ConnectedMessage, ConnectedPing, ConnectedPong, ConnectionRequest, NewIncomingConnection,
+    OfflineMessage, OpenConnectionRequest1, OpenConnectionRequest2, Timestamped,
 };
 use crate::recv::ordering::{Channel, Holdable, Outcome};
 use crate::recv::reassembly::{Reassembly, Refusal};
@@ -137,9 +136,8 @@ enum State {
     },
     /// Client: 0x09 sent, waiting for 0x10.
     Requesting,
-    /// Server: Reply2 sent, waiting for 0x09.
-    Unverified,
-    /// Server: 0x10 sent, waiting for 0x13.
+    /// Server: created by a verified 0x13 (see [`crate::handshake`]), which is processed
+    /// next; also holds messages that arrived with it.
     Accepting,
     Connected,
     /// Our 0x15 and everything before it wait for acknowledgement.
@@ -158,6 +156,13 @@ enum State {
 /// for the ACK delay: a busy sender's window is then released every few datagrams (as TCP
 /// acknowledges every second segment), while sparse traffic still gets batched ACKs.
 const ACK_EVERY: usize = 16;
+
+/// Most doublings of the RTO while no datagram has ever been acknowledged: a peer that
+/// never ACKs (a forged address) sees our resends thin out exponentially.
+const MAX_BACKOFF: u32 = 5;
+/// NAKed datagrams honoured per RTT at least (beyond the congestion window's worth): a
+/// forged NAK of 0..8191 must not make us resend everything at once.
+const MIN_NAKS_PER_RTT: u64 = 16;
 
 /// Delivered message, before classification.
 struct Delivered(Bytes);
@@ -220,8 +225,21 @@ pub(crate) struct Connection {
     protocol: u8,
     mtu: u16,
     epoch: Instant,
+    /// Added to every timestamp we send the peer and taken off every one it echoes: the
+    /// keyed per-peer offset that proves the 0x13 echo (server role; 0 for clients).
+    clock_offset: u64,
     created: Instant,
+    /// When the peer last sent something valid (a datagram that decodes and carries a new
+    /// datagram number, or an ACK/NAK of something we sent): only that refreshes the idle
+    /// timer, so garbage with the 0x80 bit cannot hold a slot.
     last_receive: Instant,
+    /// When reliable data was last acknowledged, or first left unacknowledged: a peer that
+    /// leaves reliable data unacknowledged for `timeout` is gone, whatever else it sends.
+    ack_progress: Instant,
+    /// RTO doublings so far, while nothing was ever acknowledged.
+    backoff: u32,
+    /// NAK-triggered losses left in the current RTT window, and when the window ends.
+    nak_budget: (u64, Instant),
     next_ping: Option<Instant>,
     ever_connected: bool,
 
@@ -317,8 +335,12 @@ impl Connection {
             protocol,
             mtu,
             epoch,
+            clock_offset: 0,
             created: now,
             last_receive: now,
+            ack_progress: now,
+            backoff: 0,
+            nak_budget: (0, now),
             next_ping: None,
             ever_connected: false,
             queue: SendQueue::starting_at(OrderIndex::new(first)),
@@ -379,23 +401,43 @@ impl Connection {
         Self::new(config, peer, state, epoch, now)
     }
 
-    /// A server connection created on a valid OCR2, after Reply2 was sent.
-    pub(crate) fn server(
+    /// A server connection created when a verified 0x13 arrived (the handshake before it
+    /// was answered without a connection, see [`crate::handshake`]). Its state is what the
+    /// exchange so far left behind: our 0x10 went out as datagram #0 with reliable and
+    /// ordering index 0 on channel 0 and has been received (0x13 echoes it), so our
+    /// counters continue at 1 and nothing is in flight; the client's 0x09 used its reliable
+    /// index 0, and its receive window starts at the datagram carrying the 0x13 (earlier
+    /// ones were acknowledged by the handshake).
+    pub(crate) fn accepted(
         config: Arc<EndpointConfig>,
         peer: Peer,
         epoch: Instant,
         now: Instant,
+        acc: crate::handshake::Accepted,
     ) -> Self {
-        Self::new(
-            config,
-            Peer {
-                role: Role::Server,
-                ..peer
-            },
-            State::Unverified,
-            epoch,
-            now,
-        )
+        let peer = Peer {
+            role: Role::Server,
+            ..peer
+        };
+        let mut c = Self::new(config, peer, State::Accepting, epoch, now);
+        let first = c.config.initial_index_for_tests;
+        let second = first.wrapping_add(1);
+        let limits = &c.config.limits;
+        c.created = epoch + Duration::from_millis(acc.created_ms);
+        c.clock_offset = acc.clock_offset;
+        c.next_seq = DatagramSeq::new(second);
+        c.next_message_index = MessageIndex::new(second);
+        c.queue.skip_ordered(0);
+        c.window = DatagramWindow::starting_at(acc.client_seq, limits.max_datagram_gap);
+        c.reliable =
+            ReliableWindow::starting_at(MessageIndex::new(second), limits.max_reliable_window);
+        if let Some(sample) = acc.rtt_sample {
+            c.rtt.update(sample);
+        }
+        if let Some(seq) = acc.request_seq {
+            c.acks.push(now, seq);
+        }
+        c
     }
 
     // ---- getters -------------------------------------------------------------------
@@ -433,16 +475,11 @@ impl Connection {
         self.ever_connected
     }
 
-    /// Whether this server connection is still waiting for 0x09 (Reply2 may be resent).
-    pub(crate) fn is_unverified(&self) -> bool {
-        self.state == State::Unverified
-    }
-
     /// Whether the handshake (offline or connected part) is still under way.
     fn handshaking(&self) -> bool {
         matches!(
             self.state,
-            State::Offline { .. } | State::Requesting | State::Unverified | State::Accepting
+            State::Offline { .. } | State::Requesting | State::Accepting
         )
     }
 
@@ -462,6 +499,7 @@ impl Connection {
         s.cwnd = self.cc.window();
         s.resends = self.flight.counters.resends;
         s.naks_received = self.flight.counters.naks_received;
+        s.backoff = self.backoff;
         s.datagrams_lost = self.flight.counters.lost_datagrams;
         s.send_queue_frames = self.queue.len();
         s.send_queue_bytes = self.queue.bytes;
@@ -476,6 +514,16 @@ impl Connection {
     /// Milliseconds on this endpoint's RakNet clock.
     fn time_ms(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    /// Our clock as this peer sees it (with its offset): for every timestamp we send.
+    fn wire_ms(&self, now: Instant) -> u64 {
+        crate::handshake::wire_time(self.time_ms(now), self.clock_offset)
+    }
+
+    /// One of our own timestamps, echoed by the peer, back on our clock.
+    fn echoed_ms(&self, wire: u64) -> u64 {
+        crate::handshake::local_time(wire, self.clock_offset)
     }
 
     fn max_fragment(&self) -> usize {
@@ -619,6 +667,8 @@ impl Connection {
                 if reply.security_answer.is_some() {
                     return self.fail(ConnectError::SecurityRequired);
                 }
+                // The client's first RTT sample: OCR2 → Reply2 is a round trip to the
+                // address we chose (the server's side takes none from its offline part).
                 if let Some((_, Some(sent))) = ocr2 {
                     self.rtt.update(now.saturating_duration_since(*sent));
                 }
@@ -631,7 +681,7 @@ impl Connection {
                 self.state = State::Requesting;
                 let request = ConnectionRequest {
                     client_guid: self.our_guid,
-                    time: self.time_ms(now),
+                    time: self.wire_ms(now),
                     use_security: false,
                     password: Bytes::new(),
                 };
@@ -679,23 +729,53 @@ impl Connection {
         if matches!(self.state, State::Closed | State::Offline { .. }) {
             return;
         }
-        self.last_receive = now;
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += datagram.len() as u64;
         match Datagram::decode(datagram, self.config.datagram_timestamps) {
             Err(_) => self.stats.malformed += 1,
             Ok(Datagram::Ack(ack)) => {
+                let before = self.flight.counters.acked_datagrams;
+                let unacked = self.flight.reliable_in_flight();
                 self.walk_ranges(&ack.ranges, |c, seq| {
                     c.flight
                         .on_ack(seq, now, &mut c.rtt, c.cc.as_mut(), &mut c.receipts_out);
                 });
+                if self.flight.counters.acked_datagrams > before {
+                    self.last_receive = now;
+                    self.backoff = 0;
+                }
+                if self.flight.reliable_in_flight() < unacked {
+                    self.ack_progress = now;
+                }
                 self.flush_receipts();
                 self.check_closing_done();
             }
             Ok(Datagram::Nak(nak)) => {
+                let before = self.flight.counters.naks_received;
+                let (mut left, mut until) = self.nak_budget;
+                if now >= until {
+                    // A new RTT window: honour a congestion window's worth of NAKs.
+                    let per_rtt = (self.cc.window() / self.udp_budget()) as u64;
+                    left = per_rtt.max(MIN_NAKS_PER_RTT);
+                    until = now + self.rtt.srtt().max(Duration::from_millis(10));
+                }
+                let mut ignored = 0;
                 self.walk_ranges(&nak.ranges, |c, seq| {
-                    c.flight.on_nak(seq, c.cc.as_mut(), &mut c.receipts_out)
+                    if left == 0 {
+                        ignored += 1;
+                        return;
+                    }
+                    let n = c.flight.counters.naks_received;
+                    c.flight.on_nak(seq, c.cc.as_mut(), &mut c.receipts_out);
+                    if c.flight.counters.naks_received > n {
+                        left -= 1;
+                    }
                 });
+                self.nak_budget = (left, until);
+                self.stats.naks_ignored += ignored;
+                if self.flight.counters.naks_received > before {
+                    self.last_receive = now;
+                }
                 self.flush_receipts();
             }
             Ok(Datagram::Data { header, body }) => {
@@ -740,6 +820,7 @@ impl Connection {
                 return;
             }
             Arrival::New { missing } => {
+                self.last_receive = now;
                 if let Some(range) = missing {
                     self.naks.push_range(now, range);
                 }
@@ -879,42 +960,26 @@ impl Connection {
         };
         let now_ms = self.time_ms(now);
         match (msg, &self.state) {
-            (ConnectedMessage::ConnectionRequest(req), State::Unverified) => {
-                self.rtt.update(now.saturating_duration_since(self.created));
-                if req.client_guid != self.peer_guid {
-                    return self.finish(DisconnectReason::ProtocolViolation(
-                        "connection request GUID differs from OCR2",
-                    ));
-                }
-                let n = self.config.internal_addresses_for(self.protocol);
-                let accepted = ConnectionRequestAccepted {
-                    client_address: self.addr,
-                    system_index: 0,
-                    internal_addresses: self.internal_addresses(n),
-                    request_time: req.time,
-                    accepted_time: now_ms,
-                };
-                self.send_internal(now, &accepted, Reliability::ReliableOrdered);
-                self.state = State::Accepting;
-            }
             (ConnectedMessage::ConnectionRequest(_), _) => {
                 // Answer one 0x09 per connection: repeating it must not make us emit 0x10s
                 // (reflection, protocol reference §14 item 10).
             }
             (ConnectedMessage::ConnectionRequestAccepted(acc), State::Requesting) => {
-                self.clock.add(acc.request_time, now_ms, acc.accepted_time);
+                self.clock
+                    .add(self.echoed_ms(acc.request_time), now_ms, acc.accepted_time);
                 let n = self.config.internal_addresses_for(self.protocol);
                 let nic = NewIncomingConnection {
                     server_address: self.addr,
                     internal_addresses: self.internal_addresses(n),
                     ping_time: acc.accepted_time,
-                    pong_time: now_ms,
+                    pong_time: self.wire_ms(now),
                 };
                 self.send_internal(now, &nic, Reliability::ReliableOrdered);
                 self.establish(now);
             }
             (ConnectedMessage::NewIncomingConnection(nic), State::Accepting) => {
-                self.clock.add(nic.ping_time, now_ms, nic.pong_time);
+                self.clock
+                    .add(self.echoed_ms(nic.ping_time), now_ms, nic.pong_time);
                 self.establish(now);
             }
             (ConnectedMessage::ConnectedPing(ping), _) => {
@@ -924,12 +989,13 @@ impl Connection {
                 }
                 let pong = ConnectedPong {
                     ping_time: ping.time,
-                    pong_time: now_ms,
+                    pong_time: self.wire_ms(now),
                 };
                 self.send_internal(now, &pong, Reliability::Unreliable);
             }
             (ConnectedMessage::ConnectedPong(pong), _) => {
-                self.clock.add(pong.ping_time, now_ms, pong.pong_time);
+                self.clock
+                    .add(self.echoed_ms(pong.ping_time), now_ms, pong.pong_time);
             }
             (ConnectedMessage::DisconnectionNotification, State::Closing { .. }) => {
                 self.finish(DisconnectReason::PeerClosed)
@@ -962,11 +1028,6 @@ impl Connection {
                         self.stats.messages_in += 1;
                         self.early.push((payload, transit));
                     }
-                    State::Unverified => {
-                        self.finish(DisconnectReason::ProtocolViolation(
-                            "message before connection request",
-                        ));
-                    }
                     _ => self.stats.refused_over_limit += 1,
                 }
             }
@@ -988,7 +1049,7 @@ impl Connection {
 
     fn send_ping(&mut self, now: Instant) {
         let ping = ConnectedPing {
-            time: self.time_ms(now),
+            time: self.wire_ms(now),
         };
         self.send_internal(now, &ping, Reliability::Unreliable);
     }
@@ -1090,9 +1151,18 @@ impl Connection {
         if now >= self.last_receive + self.config.timeout {
             return self.finish(DisconnectReason::Timeout);
         }
-        let rto = self.rtt.rto();
+        if !self.flight.all_acked() && now >= self.ack_progress + self.config.timeout {
+            // Official's dead-connection rule (§6.8), with "nothing arrived" made "nothing
+            // acknowledged": forged keep-alives cannot keep us resending forever.
+            return self.finish(DisconnectReason::Timeout);
+        }
+        let rto = self.current_rto();
+        let lost = self.flight.counters.lost_datagrams;
         self.flight
             .on_timeout(now, rto, self.cc.as_mut(), &mut self.receipts_out);
+        if self.flight.counters.lost_datagrams > lost && self.flight.counters.acked_datagrams == 0 {
+            self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        }
         let mut lost = std::mem::take(&mut self.receipts_out);
         let flight = &mut self.flight;
         let stats = &mut self.stats;
@@ -1112,6 +1182,11 @@ impl Connection {
         if self.pace_until.is_some_and(|t| now >= t) {
             self.pace_until = None;
         }
+    }
+
+    /// The RTO, doubled per timeout while the peer has never acknowledged anything.
+    fn current_rto(&self) -> Duration {
+        self.rtt.rto() * (1 << self.backoff)
     }
 
     fn check_closing_done(&mut self) {
@@ -1144,7 +1219,8 @@ impl Connection {
         let handshaking = self.handshaking();
         min(handshaking.then(|| self.created + self.config.handshake_timeout));
         min(Some(self.last_receive + self.config.timeout));
-        min(self.flight.next_expiry(self.rtt.rto()));
+        min((!self.flight.all_acked()).then(|| self.ack_progress + self.config.timeout));
+        min(self.flight.next_expiry(self.current_rto()));
         min(self.acks.since.map(|s| s + self.config.ack_delay));
         min(self.naks.since.map(|s| s + self.config.nak_delay));
         min(self.next_ping);
@@ -1268,10 +1344,15 @@ impl Connection {
         if matches!(self.state, State::Draining { .. }) {
             return false;
         }
+        // Resends too wait for the congestion window (issue #11: a forged NAK or a peer that
+        // stopped ACKing must not make us blast the whole flight at once). Lost datagrams
+        // leave `bytes_in_flight`, so the window reopens for them.
         let window_open = self.flight.bytes_in_flight < self.cc.window();
-        let has_new = !self.queue.is_empty() && window_open;
-        if !self.flight.has_resends() && !has_new {
+        if !window_open || (!self.flight.has_resends() && self.queue.is_empty()) {
             return false;
+        }
+        if self.flight.all_acked() {
+            self.ack_progress = now;
         }
         if self.pace_until.is_some_and(|t| now < t) {
             return false;
@@ -1295,7 +1376,7 @@ impl Connection {
         header.encode(buf);
 
         let mut resent = Vec::new();
-        while let Some(f) = self.flight.peek_resend() {
+        while let Some(f) = self.flight.peek_resend().filter(|_| window_open) {
             if buf.len() + f.encoded_len() > budget {
                 break;
             }

@@ -2,7 +2,7 @@
 //! address, answers offline messages (statelessly where it can), and owns its connections.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -11,16 +11,17 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::addr;
+use crate::admission::{Bans, IpRates, TokenBucket};
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
 use crate::error::{ConnectError, DisconnectReason, SendError};
+use crate::handshake::{ServerHandshake, Step};
 use crate::message::{
-    AlreadyConnected, ConnectionBanned, IncompatibleProtocolVersion, NoFreeIncomingConnections,
-    OfflineMessage, OpenConnectionReply1, OpenConnectionReply2, OpenConnectionRequest1,
-    OpenConnectionRequest2, UnconnectedPing, UnconnectedPong,
+    id, AlreadyConnected, ConnectionBanned, IpRecentlyConnected, NoFreeIncomingConnections,
+    OfflineMessage, OpenConnectionRequest2, UnconnectedPing, UnconnectedPong,
 };
-use crate::rng::{siphash24, Rng};
+use crate::rng::Rng;
 use crate::send::flight::ReceiptOutcome;
 use crate::send::queue::ReceiptId;
 use crate::send::queue::SendOptions;
@@ -28,10 +29,11 @@ use crate::stats::ConnectionStats;
 
 /// Offline replies queued at most; more are dropped (and counted) rather than buffered.
 const MAX_OFFLINE_QUEUE: usize = 1024;
-/// Addresses whose OCR1 protocol version is remembered when cookies are off.
-const MAX_REMEMBERED_PROTOCOLS: usize = 4096;
-/// How long a cookie epoch lasts; cookies of the current and previous epoch are accepted.
-const COOKIE_EPOCH_MS: u64 = 2000;
+/// Bytes of an unconnected pong before its payload: ID, time, GUID, magic.
+const PONG_HEADER_LEN: usize = 1 + 8 + 8 + 16;
+/// Longest offline ping response: a pong must fit one datagram at the largest MTU
+/// (1492 − 28 bytes of IP and UDP headers).
+pub const MAX_OFFLINE_PING_RESPONSE: usize = 1492 - 28 - PONG_HEADER_LEN;
 
 /// Identifies a connection of an endpoint. Generation-checked: an id of a closed
 /// connection never refers to a later one.
@@ -150,6 +152,35 @@ pub struct EndpointStats {
     pub refused_already_connected: u64,
     /// Datagrams from banned addresses.
     pub banned: u64,
+    /// Handshakes between OCR2 and 0x13 held now (records, not connections).
+    pub half_open: usize,
+    /// Half-open handshakes forgotten to make room for newer ones.
+    pub half_open_evicted: u64,
+    /// OCR2 dropped because its IP had `max_half_open_per_ip` handshakes under way.
+    pub half_open_per_ip_full: u64,
+    /// OCR2 refused with 0x14 because its IP had `max_connections_per_ip` connections.
+    pub refused_ip_connections: u64,
+    /// OCR2 refused with 0x1A: more than `new_connections_per_ip_per_sec` from one IP.
+    pub refused_recently_connected: u64,
+    /// 0x13 whose echoed server time did not verify (a blind or forged handshake).
+    pub bad_echo: u64,
+    /// Datagrams from a half-open address that were neither 0x09 nor 0x13, dropped.
+    pub handshake_dropped: u64,
+    /// Verified 0x13 dropped because the endpoint filled up meanwhile.
+    pub refused_full_late: u64,
+    /// Replies withheld because they would exceed `max_amplification` times what the
+    /// unvalidated address sent.
+    pub amplification_limited: u64,
+    /// OCR1 smaller than `min_mtu` (unpadded), not answered.
+    pub ocr1_too_small: u64,
+    /// Pings, OCR1 and OCR2 ignored because this endpoint accepts no one (a client).
+    pub offline_ignored: u64,
+    /// Pings not answered: the source IP exceeded `pongs_per_ip_per_sec`.
+    pub pongs_rate_limited: u64,
+    /// Pings not answered: the global `pong_bytes_per_sec` budget was spent.
+    pub pongs_budget_exhausted: u64,
+    /// Pings not answered: the pong would exceed `max_amplification` times the ping.
+    pub pongs_too_large: u64,
     /// OCR2 with a missing or invalid cookie, dropped.
     pub bad_cookies: u64,
     /// Connected datagrams from addresses without a connection, dropped.
@@ -187,7 +218,7 @@ pub struct Endpoint {
     local_addr: SocketAddr,
     guid: u64,
     epoch: Instant,
-    cookie_key: (u64, u64),
+    handshake: ServerHandshake,
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_addr: HashMap<SocketAddr, ConnId>,
@@ -197,8 +228,11 @@ pub struct Endpoint {
     ready: VecDeque<ConnId>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     events: VecDeque<Event>,
-    protocols: HashMap<SocketAddr, u8>,
-    banned: HashSet<IpAddr>,
+    per_ip: HashMap<IpAddr, usize>,
+    new_conn_rates: IpRates,
+    pong_rates: IpRates,
+    pong_budget: TokenBucket,
+    bans: Bans,
     stats: EndpointStats,
     /// Bytes of peer data all connections buffer (reassembly and ordering holds).
     buffered: Arc<AtomicUsize>,
@@ -209,13 +243,15 @@ impl Endpoint {
     pub fn new(config: EndpointConfig, local_addr: SocketAddr, now: Instant) -> Self {
         let mut rng = Rng::new(config.rng_seed);
         let guid = config.guid.unwrap_or_else(|| rng.next_u64());
-        let cookie_key = (rng.next_u64(), rng.next_u64());
+        let handshake = ServerHandshake::new(&mut rng, &config);
+        let tracked = config.admission.max_tracked_ips;
+        let pong_bytes = config.admission.pong_bytes_per_sec;
         Self {
             config: Arc::new(config),
             local_addr,
             guid,
             epoch: now,
-            cookie_key,
+            handshake,
             slots: Vec::new(),
             free: Vec::new(),
             by_addr: HashMap::new(),
@@ -225,8 +261,11 @@ impl Endpoint {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
-            protocols: HashMap::new(),
-            banned: HashSet::new(),
+            per_ip: HashMap::new(),
+            new_conn_rates: IpRates::new(tracked),
+            pong_rates: IpRates::new(tracked),
+            pong_budget: TokenBucket::full(pong_bytes, 0),
+            bans: Bans::default(),
             stats: EndpointStats::default(),
             buffered: Arc::new(AtomicUsize::new(0)),
         }
@@ -249,6 +288,7 @@ impl Endpoint {
         EndpointStats {
             connections: self.live,
             buffered_bytes: self.buffered.load(std::sync::atomic::Ordering::Relaxed),
+            half_open: self.handshake.half_open(),
             ..self.stats
         }
     }
@@ -317,8 +357,17 @@ impl Endpoint {
     // ---- application commands ------------------------------------------------------
 
     /// Replace the unconnected pong payload (a Bedrock MOTD, say), effective at once.
-    pub fn set_offline_ping_response(&mut self, data: Bytes) {
+    /// Longer than [`MAX_OFFLINE_PING_RESPONSE`] (one datagram) is refused with
+    /// [`SendError::TooLarge`]. Pongs larger than
+    /// [`AdmissionLimits::pong_amplification`](crate::AdmissionLimits::pong_amplification)
+    /// times the ping are not sent (counted in `pongs_too_large`): with the default 3 and a
+    /// 33-byte ping, a payload up to 66 bytes is always answered.
+    pub fn set_offline_ping_response(&mut self, data: Bytes) -> Result<(), SendError> {
+        if data.len() > MAX_OFFLINE_PING_RESPONSE {
+            return Err(SendError::TooLarge);
+        }
         Arc::make_mut(&mut self.config).offline_ping_response = data;
+        Ok(())
     }
 
     /// Back-pressure: while `paused`, the connection refuses the peer's reliable messages
@@ -332,14 +381,28 @@ impl Endpoint {
         self.touch(id);
     }
 
-    /// Refuse everything from `ip` (answered with 0x17) until [`Endpoint::unban`].
-    pub fn ban(&mut self, ip: IpAddr) {
-        self.banned.insert(ip);
+    /// Refuse everything from `ip` for `duration` (`None`: until [`Endpoint::unban`]).
+    /// Its offline requests are answered with 0x17; its connections are left alone (close
+    /// them if you want them gone).
+    pub fn ban(&mut self, now: Instant, ip: IpAddr, duration: Option<Duration>) {
+        let until = duration.map(|d| self.ms(now).saturating_add(d.as_millis() as u64));
+        self.bans
+            .ban(addr::unmap(SocketAddr::new(ip, 0)).ip(), until);
     }
 
     /// Lift a ban.
     pub fn unban(&mut self, ip: IpAddr) {
-        self.banned.remove(&ip);
+        self.bans.unban(addr::unmap(SocketAddr::new(ip, 0)).ip());
+    }
+
+    /// Every active ban and how long it has left (`None`: until lifted).
+    pub fn banned(&mut self, now: Instant) -> Vec<(IpAddr, Option<Duration>)> {
+        let now_ms = self.ms(now);
+        self.bans
+            .list(now_ms)
+            .into_iter()
+            .map(|(ip, left)| (ip, left.map(Duration::from_millis)))
+            .collect()
     }
 
     /// Send an unconnected ping; the answer arrives as [`Event::Pong`].
@@ -417,9 +480,17 @@ impl Endpoint {
             self.stats.malformed += 1;
             return;
         };
-        if self.banned.contains(&from.ip()) {
+        let now_ms = self.ms(now);
+        if self.bans.is_banned(from.ip(), now_ms) {
             self.stats.banned += 1;
-            if OfflineMessage::is_offline(&datagram) {
+            // Only connection attempts learn why (0x17 is 25 bytes, never more than the
+            // request): answering every datagram would make us a reflector (§14 item 12).
+            if OfflineMessage::is_offline(&datagram)
+                && matches!(
+                    first,
+                    id::OPEN_CONNECTION_REQUEST_1 | id::OPEN_CONNECTION_REQUEST_2
+                )
+            {
                 self.queue_offline(
                     from,
                     &ConnectionBanned {
@@ -437,7 +508,7 @@ impl Endpoint {
                     }
                     self.touch(id);
                 }
-                None => self.stats.unknown_peer += 1,
+                None => self.on_half_open_datagram(now, from, datagram),
             }
             return;
         }
@@ -446,12 +517,14 @@ impl Endpoint {
             return;
         }
         self.stats.offline_in += 1;
-        let msg = match OfflineMessage::decode(&mut datagram.clone(), self.config.use_cookies) {
-            Ok(m) => m,
-            Err(_) => {
-                self.stats.malformed += 1;
-                return;
-            }
+        let decoded = if first == id::OPEN_CONNECTION_REQUEST_2 {
+            ServerHandshake::decode_ocr2(&datagram).map(OfflineMessage::OpenConnectionRequest2)
+        } else {
+            OfflineMessage::decode(&mut datagram.clone(), false).ok()
+        };
+        let Some(msg) = decoded else {
+            self.stats.malformed += 1;
+            return;
         };
         if let Some(&id) = self.by_addr.get(&from) {
             if self.conn(id).is_some_and(Connection::in_offline_handshake) {
@@ -462,23 +535,87 @@ impl Endpoint {
                 return;
             }
         }
+        let len = datagram.len();
         match msg {
-            OfflineMessage::UnconnectedPing(ping) => self.on_ping(from, ping),
             OfflineMessage::UnconnectedPong(pong) => {
-                let rtt = Duration::from_millis(self.ms(now).saturating_sub(pong.time));
+                let rtt = Duration::from_millis(now_ms.saturating_sub(pong.time));
                 self.events.push_back(Event::Pong { from, pong, rtt });
             }
-            OfflineMessage::OpenConnectionRequest1(req) => self.on_ocr1(now, from, req),
-            OfflineMessage::OpenConnectionRequest2(req) => self.on_ocr2(now, from, req),
+            // A client endpoint accepts no one, so it answers no stranger: it would only be
+            // a reflector.
+            OfflineMessage::UnconnectedPing(_)
+            | OfflineMessage::OpenConnectionRequest1(_)
+            | OfflineMessage::OpenConnectionRequest2(_)
+                if !self.config.accept_incoming =>
+            {
+                self.stats.offline_ignored += 1;
+            }
+            OfflineMessage::UnconnectedPing(ping) => self.on_ping(now_ms, from, ping, len),
+            OfflineMessage::OpenConnectionRequest1(req) => {
+                let reply = self.handshake.on_ocr1(
+                    &self.config,
+                    now_ms,
+                    from,
+                    req,
+                    len,
+                    self.guid,
+                    &mut self.stats,
+                );
+                if let Some(reply) = reply {
+                    self.queue_offline_bytes(from, reply);
+                }
+            }
+            OfflineMessage::OpenConnectionRequest2(req) => self.on_ocr2(now_ms, from, req, len),
             _ => {}
         }
+    }
+
+    /// A connected datagram from an address without a connection: a handshake between
+    /// OCR2 and 0x13, or nothing we know.
+    fn on_half_open_datagram(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
+        let mut out = Vec::new();
+        let step = self.handshake.on_datagram(
+            &self.config,
+            self.ms(now),
+            now.saturating_duration_since(self.epoch).as_micros() as u32,
+            from,
+            self.local_addr,
+            &datagram,
+            &mut self.stats,
+            &mut out,
+        );
+        for d in out {
+            self.queue_offline_bytes(from, d);
+        }
+        let Step::Establish(acc) = step else { return };
+        self.handshake.remove(from);
+        if self.live >= self.config.limits.max_connections || self.by_guid.contains_key(&acc.guid) {
+            self.stats.refused_full_late += 1;
+            return;
+        }
+        let peer = Peer {
+            role: Role::Server,
+            addr: from,
+            local_addr: self.local_addr,
+            our_guid: self.guid,
+            peer_guid: acc.guid,
+            protocol: acc.protocol,
+            mtu: acc.mtu,
+        };
+        let conn = Connection::accepted(self.config.clone(), peer, self.epoch, now, acc);
+        let id = self.insert(conn);
+        self.by_guid.insert(acc.guid, id);
+        if let Some(c) = self.conn_mut(id) {
+            c.handle_datagram(now, datagram);
+        }
+        self.touch(id);
     }
 
     fn has_free_slot(&self) -> bool {
         self.config.accept_incoming && self.live < self.config.limits.max_connections
     }
 
-    fn on_ping(&mut self, from: SocketAddr, ping: UnconnectedPing) {
+    fn on_ping(&mut self, now_ms: u64, from: SocketAddr, ping: UnconnectedPing, len: usize) {
         if ping.only_if_open && !self.has_free_slot() {
             return;
         }
@@ -487,142 +624,80 @@ impl Endpoint {
             server_guid: self.guid,
             data: self.config.offline_ping_response.clone(),
         };
+        let size = pong.encoded_len();
+        // A pong is a reply to an address nobody validated: at most 3× the ping, a few a
+        // second per IP, and a global byte budget (§14 item 9).
+        if size > len.saturating_mul(self.config.admission.pong_amplification as usize) {
+            self.stats.pongs_too_large += 1;
+            return;
+        }
+        let per_ip = u64::from(self.config.admission.pongs_per_ip_per_sec);
+        if !self.pong_rates.take(from.ip(), now_ms, per_ip, per_ip) {
+            self.stats.pongs_rate_limited += 1;
+            return;
+        }
+        let global = self.config.admission.pong_bytes_per_sec;
+        if !self.pong_budget.take(now_ms, size as u64, global, global) {
+            self.stats.pongs_budget_exhausted += 1;
+            return;
+        }
         self.stats.pongs_sent += 1;
         self.queue_offline(from, &pong);
     }
 
-    fn cookie(&self, from: SocketAddr, epoch: u64, protocol: u8) -> u32 {
-        let mut data = [0u8; 16 + 2 + 8 + 1];
-        let ip = match from.ip() {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
-        };
-        data[..16].copy_from_slice(&ip);
-        data[16..18].copy_from_slice(&from.port().to_be_bytes());
-        data[18..26].copy_from_slice(&epoch.to_be_bytes());
-        data[26] = protocol;
-        // The low byte carries the protocol, so OCR2 needs no server state.
-        (siphash24(self.cookie_key.0, self.cookie_key.1, &data) as u32 & !0xff)
-            | u32::from(protocol)
-    }
-
-    fn on_ocr1(&mut self, now: Instant, from: SocketAddr, req: OpenConnectionRequest1) {
-        if !self.config.protocol_versions.contains(&req.protocol) {
-            self.stats.incompatible_protocol += 1;
-            let protocol = self.config.protocol_versions.first().copied().unwrap_or(6);
-            return self.queue_offline(
-                from,
-                &IncompatibleProtocolVersion {
-                    protocol,
-                    server_guid: self.guid,
-                },
-            );
+    fn on_ocr2(&mut self, now_ms: u64, from: SocketAddr, req: OpenConnectionRequest2, len: usize) {
+        let guid = self.guid;
+        if self.by_addr.contains_key(&from)
+            || self.by_guid.contains_key(&req.client_guid)
+            || self.handshake.guid_elsewhere(req.client_guid, from)
+        {
+            // The address or GUID is connected already (§4.9). A lost Reply2 of a half-open
+            // handshake is resent by the handshake itself.
+            self.stats.refused_already_connected += 1;
+            return self.queue_offline(from, &AlreadyConnected { server_guid: guid });
         }
-        let cookie = self
-            .config
-            .use_cookies
-            .then(|| self.cookie(from, self.ms(now) / COOKIE_EPOCH_MS, req.protocol));
-        if cookie.is_none() {
-            if self.protocols.len() >= MAX_REMEMBERED_PROTOCOLS {
-                self.protocols.clear();
+        let ip = from.ip();
+        let ip_conns = self.per_ip.get(&ip).copied().unwrap_or(0);
+        let full = !self.has_free_slot();
+        let admission = self.config.admission.clone();
+        let rates = &mut self.new_conn_rates;
+        let half_open_here = self.handshake.is_half_open(from);
+        let refusal = |stats: &mut EndpointStats| -> Option<Vec<u8>> {
+            if full {
+                stats.refused_full += 1;
+                return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
             }
-            self.protocols.insert(from, req.protocol);
-        }
-        let mtu = req.mtu.clamp(self.config.min_mtu, self.config.max_mtu);
-        self.queue_offline(
+            if ip_conns >= admission.max_connections_per_ip {
+                stats.refused_ip_connections += 1;
+                return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
+            }
+            let rate = u64::from(admission.new_connections_per_ip_per_sec);
+            if !half_open_here && !ip.is_loopback() && !rates.take(ip, now_ms, rate, rate) {
+                stats.refused_recently_connected += 1;
+                return Some(IpRecentlyConnected { server_guid: guid }.to_vec());
+            }
+            None
+        };
+        let reply = self.handshake.on_ocr2(
+            &self.config,
+            now_ms,
             from,
-            &OpenConnectionReply1 {
-                server_guid: self.guid,
-                cookie,
-                server_public_key: None,
-                mtu,
-            },
+            req,
+            len,
+            guid,
+            &mut self.stats,
+            refusal,
         );
-    }
-
-    fn on_ocr2(&mut self, now: Instant, from: SocketAddr, req: OpenConnectionRequest2) {
-        let protocol = if self.config.use_cookies {
-            let Some(cookie) = req.cookie else {
-                self.stats.bad_cookies += 1;
-                return;
-            };
-            let protocol = (cookie & 0xff) as u8;
-            let epoch = self.ms(now) / COOKIE_EPOCH_MS;
-            let valid = self.config.protocol_versions.contains(&protocol)
-                && (cookie == self.cookie(from, epoch, protocol)
-                    || (epoch > 0 && cookie == self.cookie(from, epoch - 1, protocol)));
-            if !valid {
-                self.stats.bad_cookies += 1;
-                return;
-            }
-            protocol
-        } else {
-            self.protocols
-                .remove(&from)
-                .unwrap_or_else(|| self.config.protocol_versions.first().copied().unwrap_or(6))
-        };
-        let mtu = req.mtu.clamp(self.config.min_mtu, self.config.max_mtu);
-        let reply2 = |this: &Self, mtu| OpenConnectionReply2 {
-            server_guid: this.guid,
-            client_address: from,
-            mtu,
-            security_answer: None,
-        };
-        if let Some(&id) = self.by_addr.get(&from) {
-            let same_pending = self
-                .conn(id)
-                .is_some_and(|c| c.is_unverified() && c.peer_guid() == req.client_guid);
-            if same_pending {
-                // Our Reply2 was lost: send it again (official §4.9).
-                let mtu = self.conn(id).map_or(mtu, Connection::mtu);
-                return self.queue_offline(from, &reply2(self, mtu));
-            }
-            self.stats.refused_already_connected += 1;
-            return self.queue_offline(
-                from,
-                &AlreadyConnected {
-                    server_guid: self.guid,
-                },
-            );
+        if let Some(reply) = reply {
+            self.queue_offline_bytes(from, reply);
         }
-        if self.by_guid.contains_key(&req.client_guid) {
-            self.stats.refused_already_connected += 1;
-            return self.queue_offline(
-                from,
-                &AlreadyConnected {
-                    server_guid: self.guid,
-                },
-            );
-        }
-        if !self.has_free_slot() {
-            self.stats.refused_full += 1;
-            return self.queue_offline(
-                from,
-                &NoFreeIncomingConnections {
-                    server_guid: self.guid,
-                },
-            );
-        }
-        let peer = Peer {
-            role: Role::Server,
-            addr: from,
-            local_addr: self.local_addr,
-            our_guid: self.guid,
-            peer_guid: req.client_guid,
-            protocol,
-            mtu,
-        };
-        let conn = Connection::server(self.config.clone(), peer, self.epoch, now);
-        let id = self.insert(conn);
-        self.by_guid.insert(req.client_guid, id);
-        self.queue_offline(from, &reply2(self, mtu));
-        self.touch(id);
     }
 
     /// Run the timers that are due. Each connection is visited at most once per call: a
     /// deadline that is still due afterwards (an ACK waiting for [`Endpoint::poll_transmit`],
     /// say) is served by the next call.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.handshake.expire(&self.config, self.ms(now));
         let mut due = Vec::new();
         while let Some(&Reverse((t, index, generation))) = self.timers.peek() {
             if t > now {
@@ -709,17 +784,22 @@ impl Endpoint {
     // ---- internals -----------------------------------------------------------------
 
     fn queue_offline(&mut self, to: SocketAddr, msg: &impl Encode) {
+        self.queue_offline_bytes(to, msg.to_vec());
+    }
+
+    fn queue_offline_bytes(&mut self, to: SocketAddr, data: Vec<u8>) {
         if self.offline_out.len() >= MAX_OFFLINE_QUEUE {
             self.stats.offline_queue_full += 1;
             return;
         }
-        self.offline_out.push_back((to, msg.to_vec()));
+        self.offline_out.push_back((to, data));
     }
 
     fn insert(&mut self, mut conn: Connection) -> ConnId {
         conn.memory = MemoryShare::new(self.buffered.clone());
         let addr = conn.addr();
         self.live += 1;
+        *self.per_ip.entry(addr.ip()).or_insert(0) += 1;
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -818,6 +898,12 @@ impl Endpoint {
                 self.by_guid.remove(&guid);
             }
             self.live -= 1;
+            if let Some(n) = self.per_ip.get_mut(&addr.ip()) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_ip.remove(&addr.ip());
+                }
+            }
             return;
         }
         let t = conn.poll_timeout();

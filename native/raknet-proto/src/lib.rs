@@ -37,6 +37,7 @@
 //! ```
 
 pub mod addr;
+mod admission;
 mod clock;
 mod codec;
 mod config;
@@ -46,6 +47,7 @@ mod datagram;
 mod endpoint;
 mod error;
 mod frame;
+mod handshake;
 pub mod message;
 mod recv;
 mod reliability;
@@ -59,14 +61,16 @@ mod stats;
 pub mod fuzzing;
 
 pub use codec::{Decode, Encode};
-pub use config::{EndpointConfig, Limits};
+pub use config::{AdmissionLimits, EndpointConfig, Limits};
 pub use congestion::{CongestionEvent, Controller, Pacer, SlidingWindow};
 pub use connection::Role;
 pub use datagram::{
     flags, Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, DATAGRAM_HEADER_RESERVED,
     IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
-pub use endpoint::{ConnId, ConnectionInfo, Endpoint, EndpointStats, Event, Transmit};
+pub use endpoint::{
+    ConnId, ConnectionInfo, Endpoint, EndpointStats, Event, Transmit, MAX_OFFLINE_PING_RESPONSE,
+};
 pub use error::{ConnectError, DecodeError, DisconnectReason, Limit, SendError};
 pub use frame::{
     Frame, Frames, SplitHeader, MAX_FRAME_HEADER_LEN, MAX_FRAME_PAYLOAD, ORDERING_CHANNELS,

@@ -30,6 +30,10 @@ pub struct ConnectionStats {
     pub resends: u64,
     /// NAKed datagrams reported by the peer.
     pub naks_received: u64,
+    /// NAKed numbers ignored because more than an RTT's worth arrived in one RTT.
+    pub naks_ignored: u64,
+    /// Current RTO doublings (non-zero only while the peer never acknowledged anything).
+    pub backoff: u32,
     /// Datagram numbers we NAKed.
     pub naks_sent: u64,
     /// Our datagrams declared lost (NAK or timeout).

@@ -161,7 +161,10 @@ fn handshake_accepts_each_configured_protocol() {
 #[test]
 fn handshake_refused_when_full() {
     let server = EndpointConfig {
-        accept_incoming: false,
+        limits: Limits {
+            max_connections: 0,
+            ..Limits::default()
+        },
         ..cfg()
     };
     let mut p = Pair::new(6, server, cfg(), LinkConfig::default());
@@ -179,7 +182,7 @@ fn handshake_refused_when_full() {
 #[test]
 fn handshake_refused_when_banned() {
     let mut p = Pair::new(7, cfg(), cfg(), LinkConfig::default());
-    p.server.ban(p.client_addr.ip());
+    p.server.ban(p.now, p.client_addr.ip(), None);
     p.client.connect(p.now, p.server_addr).unwrap();
     assert!(
         p.drive_until(Duration::from_secs(5), |p| failure(&p.client_events)
@@ -281,7 +284,8 @@ fn unconnected_ping_returns_the_offline_response() {
         other => panic!("{other:?}"),
     }
     p.server
-        .set_offline_ping_response(bytes::Bytes::from_static(b"MOTD 2"));
+        .set_offline_ping_response(bytes::Bytes::from_static(b"MOTD 2"))
+        .unwrap();
     p.client.ping(p.now, p.server_addr);
     assert!(p.drive_until(Duration::from_secs(1), |p| p.client_events.len() == 2));
     assert!(matches!(&p.client_events[1], Event::Pong { pong, .. } if &pong.data[..] == b"MOTD 2"));

@@ -109,29 +109,40 @@ fn server_role_answers_the_official_client_like_official_does() {
     );
     assert_eq!(s.out()[0].1, hex(&format!("12 {MAGIC} 000660db22f1b6b3")));
 
-    // B1 -> B3: 0x10 as official builds it; only the server time differs.
+    // B1 -> B3: 0x10 as official builds it, except the server time: ours is offset by a
+    // keyed per-peer secret (the 0x13 must echo it: the proof that this address receives).
+    // The ACK of the 0x09 waits for that proof too.
     s.advance(Duration::from_millis(502));
     s.feed(
         client,
         hex("84 000000 | 40 0090 000000 | 09 1122334455667788 0000000000000064 00"),
     );
     let out = s.out();
-    let data: Vec<_> = out.iter().filter(|(_, d)| d[0] & 0xc0 == 0x80).collect();
-    assert_eq!(data.len(), 1);
+    assert_eq!(out.len(), 1, "only 0x10: {out:?}");
     let expected = hex(&format!(
-        "84 000000 | 60 0300 000000 000000 00 | 10 0480fffffe717a 0000 0480fffffe7149 {} 0000000000000064 00000000000001f6",
+        "84 000000 | 60 0300 000000 000000 00 | 10 0480fffffe717a 0000 0480fffffe7149 {} 0000000000000064",
         unassigned(9)
     ));
-    assert_eq!(data[0].1, expected);
-    // B2: the ACK of datagram 0 follows within the ACK delay.
-    s.advance(Duration::from_millis(10));
-    assert_eq!(s.out(), vec![(client, hex("c0 0001 01 000000"))]);
+    let data = &out[0].1;
+    assert_eq!(data.len(), expected.len() + 8);
+    assert_eq!(data[..expected.len()], expected[..]);
+    let server_time = u64::from_be_bytes(data[expected.len()..].try_into().unwrap());
+    assert_ne!(server_time, 0x1f6, "the server time must not be guessable");
+    assert_eq!(s.ep.stats().connections, 0, "no connection before 0x13");
+    assert_eq!(s.ep.stats().half_open, 1);
+    // A repeated 0x09 (our 0x10 was lost) gets the identical 0x10 again.
+    s.feed(
+        client,
+        hex("84 010000 | 40 0090 000000 | 09 1122334455667788 0000000000000064 00"),
+    );
+    assert_eq!(s.out(), vec![(client, data.clone())]);
 
-    // C3-style 0x13 + ping: the server is connected, answers with its own ping and a pong.
+    // C3-style 0x13 + ping echoing our time: the server is connected, answers with its own
+    // ping and a pong.
     s.feed(
         client,
         hex(&format!(
-            "84 010000 | 60 02f0 010000 000000 00 | 13 0480fffffe7149 0480fffffe717a {} 00000000000001f6 0000000000000200 | 00 0048 | 00 0000000000000200",
+            "84 020000 | 60 02f0 010000 000000 00 | 13 0480fffffe7149 0480fffffe717a {} {server_time:016x} 0000000000000200 | 00 0048 | 00 0000000000000200",
             unassigned(9)
         )),
     );
@@ -164,6 +175,10 @@ fn server_role_answers_the_official_client_like_official_does() {
         ConnectedPong::decode(&mut pong.clone()).unwrap().ping_time,
         0x200
     );
+    // B2/C5: the 0x09 we answered (its latest copy, #1) and the 0x13 (#2) are acknowledged
+    // within the ACK delay.
+    s.advance(Duration::from_millis(10));
+    assert_eq!(s.out(), vec![(client, hex("c0 0001 00 010000 020000"))]);
 }
 
 #[test]

@@ -1,0 +1,247 @@
+//! Admission control: the bounded per-address tables, rate limits and bans that decide
+//! whether a stranger's datagram gets an answer at all (issue #11, "survive the hostile
+//! internet"). Everything here is keyed by what a spoofer controls (source addresses), so
+//! every table has a cap and evicts its oldest entry rather than grow.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::net::IpAddr;
+
+/// A map with at most `cap` entries that evicts the oldest insertion first.
+///
+/// Insertion order is kept in a queue of `(key, stamp)`; an entry removed or re-inserted
+/// leaves a stale queue entry behind, recognised by its stamp and compacted away when the
+/// queue grows past twice the cap. So memory stays within a constant factor of `cap`.
+#[derive(Debug)]
+pub(crate) struct BoundedMap<K, V> {
+    map: HashMap<K, (V, u64)>,
+    order: VecDeque<(K, u64)>,
+    next_stamp: u64,
+    cap: usize,
+}
+
+impl<K: Copy + Eq + Hash, V> BoundedMap<K, V> {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            next_stamp: 0,
+            cap,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(crate) fn get(&self, k: &K) -> Option<&V> {
+        self.map.get(k).map(|(v, _)| v)
+    }
+
+    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        self.map.get_mut(k).map(|(v, _)| v)
+    }
+
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
+        self.map.remove(k).map(|(v, _)| v)
+    }
+
+    /// The oldest live entry.
+    pub(crate) fn oldest(&mut self) -> Option<(K, &V)> {
+        self.drop_stale_front();
+        let (k, _) = *self.order.front()?;
+        self.map.get(&k).map(|(v, _)| (k, v))
+    }
+
+    fn drop_stale_front(&mut self) {
+        while let Some(&(k, stamp)) = self.order.front() {
+            if self.map.get(&k).is_some_and(|(_, s)| *s == stamp) {
+                break;
+            }
+            self.order.pop_front();
+        }
+    }
+
+    /// Insert (or replace, making it the newest). Returns the entries evicted to make room.
+    pub(crate) fn insert(&mut self, k: K, v: V) -> Vec<(K, V)> {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        self.map.insert(k, (v, stamp));
+        self.order.push_back((k, stamp));
+        let mut evicted = Vec::new();
+        while self.map.len() > self.cap {
+            self.drop_stale_front();
+            let Some((old, _)) = self.order.pop_front() else {
+                break;
+            };
+            if let Some((v, _)) = self.map.remove(&old) {
+                evicted.push((old, v));
+            }
+        }
+        if self.order.len() > 2 * self.cap.max(8) {
+            let map = &self.map;
+            self.order
+                .retain(|(k, stamp)| map.get(k).is_some_and(|(_, s)| s == stamp));
+        }
+        evicted
+    }
+}
+
+/// A token bucket in milli-tokens, refilled from a millisecond clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokenBucket {
+    milli_tokens: u64,
+    last_ms: u64,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub(crate) fn full(burst: u64, now_ms: u64) -> Self {
+        Self {
+            milli_tokens: burst * 1000,
+            last_ms: now_ms,
+        }
+    }
+
+    /// Take `cost` tokens if there are enough, refilling `per_sec` tokens a second up to
+    /// `burst` first.
+    pub(crate) fn take(&mut self, now_ms: u64, cost: u64, per_sec: u64, burst: u64) -> bool {
+        let elapsed = now_ms.saturating_sub(self.last_ms);
+        self.last_ms = self.last_ms.max(now_ms);
+        self.milli_tokens = self
+            .milli_tokens
+            .saturating_add(elapsed.saturating_mul(per_sec))
+            .min(burst.saturating_mul(1000));
+        let cost = cost.saturating_mul(1000);
+        if self.milli_tokens >= cost {
+            self.milli_tokens -= cost;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Per-IP token buckets, at most `cap` IPs remembered (an evicted IP starts afresh with a
+/// full bucket: eviction forgives, so the global budgets stay the backstop).
+#[derive(Debug)]
+pub(crate) struct IpRates {
+    buckets: BoundedMap<IpAddr, TokenBucket>,
+}
+
+impl IpRates {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            buckets: BoundedMap::new(cap),
+        }
+    }
+
+    /// Take one token for `ip` at `per_sec` a second with a burst of `burst`.
+    pub(crate) fn take(&mut self, ip: IpAddr, now_ms: u64, per_sec: u64, burst: u64) -> bool {
+        if let Some(b) = self.buckets.get_mut(&ip) {
+            return b.take(now_ms, 1, per_sec, burst);
+        }
+        let mut b = TokenBucket::full(burst, now_ms);
+        let ok = b.take(now_ms, 1, per_sec, burst);
+        self.buckets.insert(ip, b);
+        ok
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+/// Banned IPs, each until a deadline (milliseconds on the endpoint clock) or forever.
+/// The operator fills it, not peers; expired bans are dropped when looked at.
+#[derive(Debug, Default)]
+pub(crate) struct Bans {
+    until: HashMap<IpAddr, Option<u64>>,
+}
+
+impl Bans {
+    pub(crate) fn ban(&mut self, ip: IpAddr, until_ms: Option<u64>) {
+        self.until.insert(ip, until_ms);
+    }
+
+    pub(crate) fn unban(&mut self, ip: IpAddr) {
+        self.until.remove(&ip);
+    }
+
+    pub(crate) fn is_banned(&mut self, ip: IpAddr, now_ms: u64) -> bool {
+        match self.until.get(&ip) {
+            None => false,
+            Some(None) => true,
+            Some(Some(t)) if *t > now_ms => true,
+            Some(Some(_)) => {
+                self.until.remove(&ip);
+                false
+            }
+        }
+    }
+
+    /// Every active ban with the milliseconds it has left (`None`: until lifted).
+    pub(crate) fn list(&mut self, now_ms: u64) -> Vec<(IpAddr, Option<u64>)> {
+        self.until.retain(|_, t| t.is_none_or(|t| t > now_ms));
+        let mut v: Vec<_> = self
+            .until
+            .iter()
+            .map(|(ip, t)| (*ip, t.map(|t| t - now_ms)))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_map_evicts_oldest_and_stays_bounded() {
+        let mut m = BoundedMap::new(3);
+        for i in 0..3u32 {
+            assert!(m.insert(i, i).is_empty());
+        }
+        // Re-inserting 0 makes it the newest: 1 is evicted next.
+        m.insert(0, 10);
+        assert_eq!(m.insert(3, 3), vec![(1, 1)]);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m.oldest().map(|(k, _)| k), Some(2));
+        for i in 0..10_000u32 {
+            m.insert(i % 5, i);
+            m.remove(&(i % 7));
+        }
+        assert!(m.len() <= 3 && m.order.len() <= 16);
+    }
+
+    #[test]
+    fn token_bucket_refills_at_its_rate() {
+        let mut b = TokenBucket::full(2, 0);
+        assert!(b.take(0, 1, 10, 2) && b.take(0, 1, 10, 2));
+        assert!(!b.take(0, 1, 10, 2));
+        assert!(!b.take(99, 1, 10, 2));
+        assert!(b.take(100, 1, 10, 2));
+    }
+
+    #[test]
+    fn ip_rates_are_bounded() {
+        let mut r = IpRates::new(100);
+        for i in 0..1000u32 {
+            r.take(IpAddr::from(i.to_be_bytes()), 0, 1, 1);
+        }
+        assert_eq!(r.len(), 100);
+    }
+
+    #[test]
+    fn bans_expire() {
+        let mut b = Bans::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        b.ban(ip, Some(1000));
+        assert!(b.is_banned(ip, 999));
+        assert_eq!(b.list(400), vec![(ip, Some(600))]);
+        assert!(!b.is_banned(ip, 1000));
+        assert!(b.list(0).is_empty());
+    }
+}

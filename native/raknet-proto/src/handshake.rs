@@ -1,0 +1,561 @@
+//! The server half of the offline handshake (OCR1/Reply1, OCR2/Reply2, cookies, protocol
+//! and MTU negotiation) and the address validation that precedes any connection state.
+//!
+//! # Address validation before state
+//!
+//! A server must not hold a [`crate::Endpoint`] connection for an address that has not
+//! shown it *receives* datagrams there: otherwise spoofed OCR2s fill the connection table
+//! and a forged handshake makes us send to a victim (issue #11). Two proofs are used:
+//!
+//! * **Cookie** (protocols 10 and 11, [`EndpointConfig::use_cookies`]): Reply1 carries a
+//!   SipHash of the address, a 2 s epoch and the protocol; OCR2 must echo it (§4.10). A
+//!   valid OCR2 has proved the address at once.
+//! * **Echoed server time** (protocol 6, or any protocol with cookies off): official 4.081
+//!   clients cannot parse a cookie, but they echo the server time of 0x10 (§6.3) as the
+//!   "ping time" of 0x13 (§6.4). We make that time unpredictable: every timestamp this
+//!   server sends a peer is its clock plus a keyed per-peer offset,
+//!   `SipHash(key, address, client GUID) mod 2^40` ms (up to 35 years). The same offset is
+//!   used for every later ping and pong, so clock synchronisation (§13) is unaffected: it
+//!   only ever sees differences of that peer's times. A 0x13 whose echo is not exactly the
+//!   time we sent can only come from someone who read our 0x10 at that address, with a
+//!   chance of 2^-40 per blind guess.
+//!
+//! Until the proof, an address has only a [`HalfOpen`] record (at most 64 bytes), capped
+//! globally and per IP, oldest evicted first, forgotten after the handshake timeout. 0x09
+//! is answered from the record (an ACK and 0x10, datagram #0, rebuilt identically on
+//! every repeat), and the [`crate::Endpoint`] creates the connection when a verified 0x13
+//! arrives.
+//!
+//! # Anti-amplification
+//!
+//! Until an address is validated we send it at most
+//! [`AdmissionLimits::max_amplification`] (3) times the bytes it sent us, as QUIC does
+//! (RFC 9000 §8.1). Stateless replies (Reply1, Reply2, refusals, pongs) are checked against
+//! the datagram that caused them; the half-open record accumulates bytes in and out from
+//! OCR2 on (plus the OCR1 it remembers, see below) for the 0x09 → ACK + 0x10 exchange.
+//! A blind attacker who never reads our replies therefore gets at most 3× what it sends.
+//!
+//! For cookie-less replies the OCR1's protocol and size are remembered per address (a
+//! bounded table): the OCR2 has no room for the protocol, and the padded OCR1 (≥ 372 bytes)
+//! is what pays for the 180-byte protocol-11 0x10 when cookies are off.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::addr;
+use crate::admission::BoundedMap;
+use crate::codec::Encode;
+use crate::config::EndpointConfig;
+use crate::datagram::{DataHeader, Datagram};
+use crate::endpoint::EndpointStats;
+use crate::frame::{Frame, Frames};
+use crate::message::{
+    id, AlreadyConnected, ConnectedMessage, ConnectionRequestAccepted, IncompatibleProtocolVersion,
+    OpenConnectionReply1, OpenConnectionReply2, OpenConnectionRequest1, OpenConnectionRequest2,
+};
+use crate::reliability::Reliability;
+use crate::rng::{siphash24, Rng};
+use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
+
+/// How long a cookie epoch lasts; cookies of the current and previous epoch are accepted.
+const COOKIE_EPOCH_MS: u64 = 2000;
+/// The per-peer clock offset is below this (2^40 ms, about 35 years).
+const OFFSET_MASK: u64 = (1 << 40) - 1;
+/// `accepted_ms` before 0x10 was sent.
+const NOT_ACCEPTED: u64 = u64::MAX;
+/// OCR2 sizes without a cookie (IPv4, IPv6 server address): 1 + 16 + 7|29 + 2 + 8.
+const OCR2_PLAIN_LENS: [usize; 2] = [34, 56];
+
+/// A handshake between OCR2 and 0x13: all the server holds for an unvalidated address.
+#[derive(Debug, Clone, Copy)]
+struct HalfOpen {
+    guid: u64,
+    created_ms: u64,
+    /// Our (local) clock when 0x10 was first built; [`NOT_ACCEPTED`] before.
+    accepted_ms: u64,
+    /// The 0x09's client time, echoed in every copy of 0x10.
+    request_time: u64,
+    /// The client datagram that last carried 0x09, acknowledged by the connection.
+    request_seq: u32,
+    bytes_in: u32,
+    bytes_out: u32,
+    mtu: u16,
+    protocol: u8,
+    /// The address proved itself with a cookie: no amplification limit.
+    validated: bool,
+}
+
+const _: () = assert!(std::mem::size_of::<HalfOpen>() <= 64);
+
+/// What the OCR1 of a cookie-less reply told us.
+#[derive(Debug, Clone, Copy)]
+struct Ocr1Seen {
+    protocol: u8,
+    bytes: u16,
+}
+
+/// The facts a server connection is created from when 0x13 verifies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Accepted {
+    pub(crate) guid: u64,
+    pub(crate) protocol: u8,
+    pub(crate) mtu: u16,
+    /// Added to every timestamp we send this peer.
+    pub(crate) clock_offset: u64,
+    /// When OCR2 arrived (the handshake timeout runs from it), endpoint milliseconds.
+    pub(crate) created_ms: u64,
+    /// The datagram that carried 0x13: the peer's receive window starts there.
+    pub(crate) client_seq: DatagramSeq,
+    /// The datagram that carried the 0x09 we answered, if any: still to acknowledge.
+    pub(crate) request_seq: Option<DatagramSeq>,
+    /// 0x10 sent → verified 0x13 received: a round trip the peer cannot shorten.
+    pub(crate) rtt_sample: Option<Duration>,
+}
+
+/// What to do with a connected datagram from an address without a connection.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Not ours to answer (no handshake, or nothing valid in it); already counted.
+    Drop,
+    /// Replies were queued (or withheld by the budget); nothing else.
+    Answered,
+    /// A verified 0x13: create the connection and hand it this datagram.
+    Establish(Accepted),
+}
+
+/// The server's handshake state: keys, half-open records, remembered OCR1s.
+#[derive(Debug)]
+pub(crate) struct ServerHandshake {
+    cookie_key: (u64, u64),
+    offset_key: (u64, u64),
+    half_open: BoundedMap<SocketAddr, HalfOpen>,
+    per_ip: HashMap<IpAddr, usize>,
+    guids: HashMap<u64, SocketAddr>,
+    ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
+}
+
+/// Whether `reply` bytes may answer `request` bytes from an unvalidated address.
+pub(crate) fn within_amplification(config: &EndpointConfig, request: usize, reply: usize) -> bool {
+    reply <= request.saturating_mul(config.admission.max_amplification as usize)
+}
+
+fn ip16(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+impl ServerHandshake {
+    pub(crate) fn new(rng: &mut Rng, config: &EndpointConfig) -> Self {
+        let cap = config.admission.max_half_open;
+        Self {
+            cookie_key: (rng.next_u64(), rng.next_u64()),
+            offset_key: (rng.next_u64(), rng.next_u64()),
+            half_open: BoundedMap::new(cap),
+            per_ip: HashMap::new(),
+            guids: HashMap::new(),
+            ocr1: BoundedMap::new(cap),
+        }
+    }
+
+    /// Handshakes between OCR2 and 0x13 held now.
+    pub(crate) fn half_open(&self) -> usize {
+        self.half_open.len()
+    }
+
+    /// Whether `addr` has a live half-open handshake.
+    pub(crate) fn is_half_open(&self, addr: SocketAddr) -> bool {
+        self.half_open.get(&addr).is_some()
+    }
+
+    /// Whether a half-open handshake uses `guid` from an address other than `from`.
+    pub(crate) fn guid_elsewhere(&self, guid: u64, from: SocketAddr) -> bool {
+        self.guids.get(&guid).is_some_and(|a| *a != from)
+    }
+
+    /// The clock offset for a peer (see the module docs).
+    pub(crate) fn clock_offset(&self, from: SocketAddr, guid: u64) -> u64 {
+        let mut data = [0u8; 16 + 2 + 8];
+        data[..16].copy_from_slice(&ip16(from.ip()));
+        data[16..18].copy_from_slice(&from.port().to_be_bytes());
+        data[18..].copy_from_slice(&guid.to_be_bytes());
+        siphash24(self.offset_key.0, self.offset_key.1, &data) & OFFSET_MASK
+    }
+
+    fn cookie(&self, from: SocketAddr, epoch: u64, protocol: u8) -> u32 {
+        let mut data = [0u8; 16 + 2 + 8 + 1];
+        data[..16].copy_from_slice(&ip16(from.ip()));
+        data[16..18].copy_from_slice(&from.port().to_be_bytes());
+        data[18..26].copy_from_slice(&epoch.to_be_bytes());
+        data[26] = protocol;
+        // The low byte carries the protocol, so OCR2 needs no server state.
+        (siphash24(self.cookie_key.0, self.cookie_key.1, &data) as u32 & !0xff)
+            | u32::from(protocol)
+    }
+
+    /// Whether clients of `protocol` get a cookie: only Bedrock's protocols (10, 11)
+    /// understand the cookie-only variant (§4.10).
+    fn cookie_for(config: &EndpointConfig, protocol: u8) -> bool {
+        config.use_cookies && protocol >= 10
+    }
+
+    /// Decode an OCR2 with or without a cookie. Its size tells which: a cookie adds 5 bytes
+    /// (and a challenge 64 more), so the cookie-less sizes 34 and 56 never collide with it.
+    pub(crate) fn decode_ocr2(buf: &Bytes) -> Option<OpenConnectionRequest2> {
+        let cookie = !OCR2_PLAIN_LENS.contains(&buf.len());
+        OpenConnectionRequest2::decode_with_cookie(&mut buf.clone(), cookie).ok()
+    }
+
+    /// Answer an OCR1 (`len` bytes). `None`: nothing to send (counted).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_ocr1(
+        &mut self,
+        config: &EndpointConfig,
+        now_ms: u64,
+        from: SocketAddr,
+        req: OpenConnectionRequest1,
+        len: usize,
+        server_guid: u64,
+        stats: &mut EndpointStats,
+    ) -> Option<Vec<u8>> {
+        // The padding is the client's proof of the MTU it probes; an unpadded OCR1 (18
+        // bytes) probes nothing and would let a spoofer trade 18 bytes for our 26-28.
+        if req.mtu < config.min_mtu {
+            stats.ocr1_too_small += 1;
+            return None;
+        }
+        if !config.protocol_versions.contains(&req.protocol) {
+            stats.incompatible_protocol += 1;
+            let protocol = config.protocol_versions.first().copied().unwrap_or(6);
+            return Some(
+                IncompatibleProtocolVersion {
+                    protocol,
+                    server_guid,
+                }
+                .to_vec(),
+            );
+        }
+        let cookie = Self::cookie_for(config, req.protocol)
+            .then(|| self.cookie(from, now_ms / COOKIE_EPOCH_MS, req.protocol));
+        if cookie.is_none() {
+            self.ocr1.insert(
+                from,
+                Ocr1Seen {
+                    protocol: req.protocol,
+                    bytes: u16::try_from(len).unwrap_or(u16::MAX),
+                },
+            );
+        }
+        let reply = OpenConnectionReply1 {
+            server_guid,
+            cookie,
+            server_public_key: None,
+            mtu: req.mtu.clamp(config.min_mtu, config.max_mtu),
+        }
+        .to_vec();
+        if !within_amplification(config, len, reply.len()) {
+            stats.amplification_limited += 1;
+            return None;
+        }
+        Some(reply)
+    }
+
+    /// The protocol and validation an OCR2 establishes, or `None` to drop it (counted).
+    fn ocr2_protocol(
+        &mut self,
+        config: &EndpointConfig,
+        now_ms: u64,
+        from: SocketAddr,
+        req: &OpenConnectionRequest2,
+        stats: &mut EndpointStats,
+    ) -> Option<(u8, bool, usize)> {
+        if let Some(cookie) = req.cookie {
+            let protocol = (cookie & 0xff) as u8;
+            let epoch = now_ms / COOKIE_EPOCH_MS;
+            let valid = Self::cookie_for(config, protocol)
+                && config.protocol_versions.contains(&protocol)
+                && (cookie == self.cookie(from, epoch, protocol)
+                    || (epoch > 0 && cookie == self.cookie(from, epoch - 1, protocol)));
+            if !valid {
+                stats.bad_cookies += 1;
+                return None;
+            }
+            return Some((protocol, true, 0));
+        }
+        let seen = self.ocr1.get(&from).copied();
+        let protocol = seen.map(|s| s.protocol).or_else(|| {
+            // No OCR1 remembered: the first configured protocol that gets no cookie.
+            config
+                .protocol_versions
+                .iter()
+                .copied()
+                .find(|p| !Self::cookie_for(config, *p))
+        });
+        match protocol {
+            Some(p) if !Self::cookie_for(config, p) => {
+                Some((p, false, seen.map_or(0, |s| usize::from(s.bytes))))
+            }
+            _ => {
+                // A cookie-protocol client must echo its cookie.
+                stats.bad_cookies += 1;
+                None
+            }
+        }
+    }
+
+    /// Handle an OCR2 (`len` bytes) from an address without a connection. `refusal` is
+    /// the endpoint's verdict on capacity (0x12/0x14/0x1A), given the protocol is known.
+    /// Returns the reply to send, if any.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_ocr2(
+        &mut self,
+        config: &EndpointConfig,
+        now_ms: u64,
+        from: SocketAddr,
+        req: OpenConnectionRequest2,
+        len: usize,
+        server_guid: u64,
+        stats: &mut EndpointStats,
+        refusal: impl FnOnce(&mut EndpointStats) -> Option<Vec<u8>>,
+    ) -> Option<Vec<u8>> {
+        self.expire(config, now_ms);
+        let (protocol, validated, ocr1_bytes) =
+            self.ocr2_protocol(config, now_ms, from, &req, stats)?;
+        let mtu = req.mtu.clamp(config.min_mtu, config.max_mtu);
+        let reply2 = |mtu| {
+            OpenConnectionReply2 {
+                server_guid,
+                client_address: from,
+                mtu,
+                security_answer: None,
+            }
+            .to_vec()
+        };
+        if let Some(h) = self.half_open.get_mut(&from) {
+            if h.guid != req.client_guid {
+                // Client restarted without disconnecting, or someone else (§4.9).
+                stats.refused_already_connected += 1;
+                return Some(AlreadyConnected { server_guid }.to_vec());
+            }
+            // Our Reply2 was lost: send it again (official §4.9), within the budget.
+            let reply = reply2(h.mtu);
+            h.bytes_in = h.bytes_in.saturating_add(len as u32);
+            return Self::spend(config, h, reply, stats);
+        }
+        if self.guids.contains_key(&req.client_guid) {
+            stats.refused_already_connected += 1;
+            return Some(AlreadyConnected { server_guid }.to_vec());
+        }
+        if let Some(refused) = refusal(stats) {
+            return within_amplification(config, len, refused.len()).then_some(refused);
+        }
+        let ip = from.ip();
+        if self.per_ip.get(&ip).copied().unwrap_or(0) >= config.admission.max_half_open_per_ip {
+            stats.half_open_per_ip_full += 1;
+            return None;
+        }
+        self.ocr1.remove(&from);
+        let mut record = HalfOpen {
+            guid: req.client_guid,
+            created_ms: now_ms,
+            accepted_ms: NOT_ACCEPTED,
+            request_time: 0,
+            request_seq: 0,
+            bytes_in: (len + ocr1_bytes) as u32,
+            bytes_out: 0,
+            mtu,
+            protocol,
+            validated,
+        };
+        let reply = Self::spend(config, &mut record, reply2(mtu), stats);
+        *self.per_ip.entry(ip).or_insert(0) += 1;
+        self.guids.insert(req.client_guid, from);
+        for (addr, old) in self.half_open.insert(from, record) {
+            stats.half_open_evicted += 1;
+            self.forget(addr, &old);
+        }
+        reply
+    }
+
+    /// Count `reply` against `h`'s budget; `None` if it does not fit (counted).
+    fn spend(
+        config: &EndpointConfig,
+        h: &mut HalfOpen,
+        reply: Vec<u8>,
+        stats: &mut EndpointStats,
+    ) -> Option<Vec<u8>> {
+        let out = h.bytes_out as usize + reply.len();
+        if !h.validated && !within_amplification(config, h.bytes_in as usize, out) {
+            stats.amplification_limited += 1;
+            return None;
+        }
+        h.bytes_out = out as u32;
+        Some(reply)
+    }
+
+    fn forget(&mut self, addr: SocketAddr, h: &HalfOpen) {
+        if let Some(n) = self.per_ip.get_mut(&addr.ip()) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ip.remove(&addr.ip());
+            }
+        }
+        if self.guids.get(&h.guid) == Some(&addr) {
+            self.guids.remove(&h.guid);
+        }
+    }
+
+    /// Drop the record of `addr` (its connection now exists, or it was refused).
+    pub(crate) fn remove(&mut self, addr: SocketAddr) {
+        if let Some(h) = self.half_open.remove(&addr) {
+            self.forget(addr, &h);
+        }
+    }
+
+    /// Forget handshakes older than the handshake timeout (oldest first: creation order
+    /// is expiry order).
+    pub(crate) fn expire(&mut self, config: &EndpointConfig, now_ms: u64) {
+        let ttl = config.handshake_timeout.as_millis() as u64;
+        while let Some((addr, h)) = self.half_open.oldest() {
+            if h.created_ms.saturating_add(ttl) > now_ms {
+                break;
+            }
+            let h = *h;
+            self.half_open.remove(&addr);
+            self.forget(addr, &h);
+        }
+    }
+
+    /// A connected datagram from a half-open address: answer 0x09 from the record, and
+    /// verify 0x13. `out` receives the datagrams to send.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_datagram(
+        &mut self,
+        config: &EndpointConfig,
+        now_ms: u64,
+        now_us: u32,
+        from: SocketAddr,
+        local_addr: SocketAddr,
+        datagram: &Bytes,
+        stats: &mut EndpointStats,
+        out: &mut Vec<Vec<u8>>,
+    ) -> Step {
+        self.expire(config, now_ms);
+        let offset = match self.half_open.get(&from) {
+            Some(h) => self.clock_offset(from, h.guid),
+            None => {
+                stats.unknown_peer += 1;
+                return Step::Drop;
+            }
+        };
+        let Some(h) = self.half_open.get_mut(&from) else {
+            return Step::Drop;
+        };
+        h.bytes_in = h.bytes_in.saturating_add(datagram.len() as u32);
+        let (header, body) = match Datagram::decode(datagram.clone(), config.datagram_timestamps) {
+            Ok(Datagram::Data { header, body }) => (header, body),
+            // The client's ACK of our 0x10 (or a NAK): nothing to answer.
+            Ok(_) => return Step::Answered,
+            Err(_) => {
+                stats.malformed += 1;
+                return Step::Drop;
+            }
+        };
+        let mut request = None;
+        for frame in Frames::new(body) {
+            let Ok(frame) = frame else { break };
+            if frame.split.is_some() || !frame.reliability.is_reliable() {
+                continue;
+            }
+            match frame.payload.first() {
+                Some(&id::CONNECTION_REQUEST) | Some(&id::NEW_INCOMING_CONNECTION) => {}
+                _ => continue,
+            }
+            match ConnectedMessage::decode(frame.payload) {
+                Ok(ConnectedMessage::NewIncomingConnection(nic)) => {
+                    let echoed = h.accepted_ms != NOT_ACCEPTED
+                        && nic.ping_time == offset.wrapping_add(h.accepted_ms);
+                    if !echoed && !h.validated {
+                        stats.bad_echo += 1;
+                        return Step::Drop;
+                    }
+                    let accepted = Accepted {
+                        guid: h.guid,
+                        protocol: h.protocol,
+                        mtu: h.mtu,
+                        clock_offset: offset,
+                        created_ms: h.created_ms,
+                        client_seq: header.seq,
+                        request_seq: (h.accepted_ms != NOT_ACCEPTED)
+                            .then(|| DatagramSeq::new(h.request_seq)),
+                        rtt_sample: echoed
+                            .then(|| Duration::from_millis(now_ms.saturating_sub(h.accepted_ms))),
+                    };
+                    return Step::Establish(accepted);
+                }
+                Ok(ConnectedMessage::ConnectionRequest(req)) => request = Some(req),
+                _ => {}
+            }
+        }
+        let Some(req) = request else {
+            // Anything else before 0x13 (a reordered ping, say) is dropped unacknowledged;
+            // the client resends what was reliable.
+            stats.handshake_dropped += 1;
+            return Step::Drop;
+        };
+        if req.client_guid != h.guid || req.use_security {
+            stats.handshake_dropped += 1;
+            return Step::Drop;
+        }
+        if h.accepted_ms == NOT_ACCEPTED {
+            h.accepted_ms = now_ms;
+            h.request_time = req.time;
+        }
+        h.request_seq = header.seq.get();
+        // 0x10 is built identically on every repeat of 0x09: datagram #0, reliable and
+        // ordering index 0, channel 0. Official also ACKs the 0x09 at once (§6.1); we do
+        // not: without a connection nothing would resend a lost 0x10, so the client's own
+        // 0x09 resends (its RTO) must keep asking for it. The connection acknowledges the
+        // 0x09 when 0x13 creates it.
+        let first = config.initial_index_for_tests;
+        let n = config.internal_addresses_for(h.protocol);
+        let mut internal = vec![addr::UNASSIGNED; n];
+        if let Some(a) = internal.first_mut() {
+            *a = local_addr;
+        }
+        let accepted = ConnectionRequestAccepted {
+            client_address: from,
+            system_index: 0,
+            internal_addresses: internal,
+            request_time: h.request_time,
+            accepted_time: offset.wrapping_add(h.accepted_ms),
+        };
+        let mut frame = Frame::new(Reliability::ReliableOrdered, Bytes::from(accepted.to_vec()));
+        frame.message_index = MessageIndex::new(first);
+        frame.order_index = OrderIndex::new(first);
+        let mut dh = DataHeader::new(DatagramSeq::new(first));
+        dh.needs_b_and_as = true;
+        dh.timestamp = config.datagram_timestamps.then_some(now_us);
+        let mut data = Vec::new();
+        dh.encode(&mut data);
+        frame.encode(&mut data);
+        if let Some(data) = Self::spend(config, h, data, stats) {
+            out.push(data);
+        }
+        Step::Answered
+    }
+}
+
+/// The server time a peer sees, given our local milliseconds and its offset.
+pub(crate) fn wire_time(local_ms: u64, offset: u64) -> u64 {
+    local_ms.wrapping_add(offset)
+}
+
+/// Our local milliseconds from a time we sent a peer (echoed back).
+pub(crate) fn local_time(wire_ms: u64, offset: u64) -> u64 {
+    wire_ms.wrapping_sub(offset)
+}

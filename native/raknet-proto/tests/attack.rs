@@ -1,0 +1,576 @@
+//! Issue #11, "survive the hostile internet": spoofed floods, reflection and amplification,
+//! slowloris and never-acknowledging peers, all on the virtual clock. Spoofed sources are
+//! addresses handed to the engine only; nothing here touches a network.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::pair::Pair;
+use raknet_netsim::LinkConfig;
+use raknet_proto::*;
+
+fn spoofed(i: u32) -> SocketAddr {
+    let [a, b, c, d] = (0x0a00_0000 + i).to_be_bytes();
+    SocketAddr::from(([a, b, c, d], 30_000 + (i % 1000) as u16))
+}
+
+/// Bytes the endpoint sends, per destination, from what is queued now.
+fn drain(ep: &mut Endpoint, now: Instant) -> Vec<(SocketAddr, Bytes)> {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while let Some(t) = ep.poll_transmit(now, &mut buf) {
+        out.push((t.destination, Bytes::copy_from_slice(&buf[..t.size])));
+    }
+    out
+}
+
+fn bytes_to(out: &[(SocketAddr, Bytes)], to: SocketAddr) -> usize {
+    out.iter()
+        .filter(|(a, _)| *a == to)
+        .map(|(_, d)| d.len())
+        .sum()
+}
+
+fn ocr1(protocol: u8, mtu: u16) -> Bytes {
+    OpenConnectionRequest1 { protocol, mtu }.to_vec().into()
+}
+
+fn ocr2(server: SocketAddr, guid: u64, cookie: Option<u32>) -> Bytes {
+    OpenConnectionRequest2 {
+        cookie,
+        client_challenge: None,
+        server_address: server,
+        mtu: 1492,
+        client_guid: guid,
+    }
+    .to_vec()
+    .into()
+}
+
+/// A data datagram numbered `seq` with one frame of `reliability` (reliable index `ri`).
+fn data(seq: u32, reliability: Reliability, ri: u32, payload: Vec<u8>) -> Bytes {
+    let mut out = Vec::new();
+    DataHeader::new(DatagramSeq::new(seq)).encode(&mut out);
+    let mut f = Frame::new(reliability, payload.into());
+    f.message_index = MessageIndex::new(ri);
+    f.encode(&mut out);
+    out.into()
+}
+
+fn connection_request(guid: u64) -> Vec<u8> {
+    ConnectionRequest {
+        client_guid: guid,
+        time: 100,
+        use_security: false,
+        password: Bytes::new(),
+    }
+    .to_vec()
+}
+
+fn new_incoming(server: SocketAddr, echoed: u64) -> Vec<u8> {
+    NewIncomingConnection {
+        server_address: server,
+        internal_addresses: vec![raknet_proto::addr::UNASSIGNED; 10],
+        ping_time: echoed,
+        pong_time: 200,
+    }
+    .to_vec()
+}
+
+fn server(config: EndpointConfig) -> (Endpoint, Instant, SocketAddr) {
+    let now = Instant::now();
+    let addr: SocketAddr = common::pair::SERVER.parse().unwrap();
+    (Endpoint::new(config, addr, now), now, addr)
+}
+
+/// A spoofed OCR2 flood from 1,000 addresses, then a real client of `protocol`.
+fn flood_then_connect(protocol: u8) {
+    let server_cfg = EndpointConfig {
+        admission: AdmissionLimits {
+            max_half_open: 256,
+            ..AdmissionLimits::default()
+        },
+        limits: Limits {
+            max_connections: 64,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let client_cfg = EndpointConfig {
+        protocol_versions: vec![protocol],
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(20, server_cfg, client_cfg, LinkConfig::default());
+    for i in 0..1000 {
+        // Without a cookie (the protocol-6 path) and with a forged one.
+        p.server
+            .handle(p.now, spoofed(i), ocr2(p.server_addr, u64::from(i), None));
+        p.server.handle(
+            p.now,
+            spoofed(i + 5000),
+            ocr2(p.server_addr, u64::from(i) + 5000, Some(0x1234_560b)),
+        );
+    }
+    let stats = p.server.stats();
+    assert_eq!(stats.connections, 0, "a spoofed OCR2 holds no connection");
+    assert!(stats.half_open <= 256, "{stats:?}");
+    assert_eq!(stats.half_open_evicted, 1000 - 256);
+    assert_eq!(stats.bad_cookies, 1000);
+    let (c, _) = p.connect();
+    assert!(p.client.is_connected(c));
+    assert_eq!(p.server.stats().connections, 1);
+    let proto = p.client_events.iter().find_map(|e| match e {
+        Event::Connected { protocol, .. } => Some(*protocol),
+        _ => None,
+    });
+    assert_eq!(proto, Some(protocol));
+}
+
+#[test]
+fn spoofed_ocr2_flood_does_not_stop_a_protocol_6_client() {
+    flood_then_connect(6);
+}
+
+#[test]
+fn spoofed_ocr2_flood_does_not_stop_a_protocol_11_client() {
+    flood_then_connect(11);
+}
+
+#[test]
+fn half_open_state_is_bounded_globally_and_per_ip() {
+    let (mut ep, now, addr) = server(EndpointConfig {
+        admission: AdmissionLimits {
+            max_half_open: 1000,
+            ..AdmissionLimits::default()
+        },
+        ..EndpointConfig::default()
+    });
+    for i in 0..10_000 {
+        ep.handle(now, spoofed(i), ocr2(addr, u64::from(i), None));
+    }
+    let s = ep.stats();
+    assert_eq!((s.half_open, s.connections), (1000, 0));
+    assert_eq!(s.half_open_evicted, 9000);
+    // Many ports of one IP: at most `max_half_open_per_ip` (loopback skips the rate limit).
+    let (mut ep, now, addr) = server(EndpointConfig::default());
+    for port in 0..100u16 {
+        let from = SocketAddr::from(([127, 0, 0, 2], 20_000 + port));
+        ep.handle(now, from, ocr2(addr, u64::from(port), None));
+    }
+    let s = ep.stats();
+    assert_eq!(s.half_open, 64);
+    assert_eq!(s.half_open_per_ip_full, 36);
+    // Half-open records expire with the handshake timeout.
+    ep.handle_timeout(now + Duration::from_secs(11));
+    assert_eq!(ep.stats().half_open, 0);
+}
+
+#[test]
+fn new_connections_per_ip_are_rate_limited_with_0x1a() {
+    let (mut ep, now, addr) = server(EndpointConfig::default());
+    for port in 0..30u16 {
+        let from = SocketAddr::from(([10, 1, 1, 1], 20_000 + port));
+        ep.handle(now, from, ocr2(addr, u64::from(port), None));
+    }
+    let out = drain(&mut ep, now);
+    let refusals = out
+        .iter()
+        .filter(|(_, d)| d[0] == message::id::IP_RECENTLY_CONNECTED)
+        .count();
+    assert_eq!(refusals, 10);
+    assert_eq!(ep.stats().refused_recently_connected, 10);
+    // A second later the bucket has refilled.
+    let later = now + Duration::from_secs(1);
+    ep.handle(
+        later,
+        SocketAddr::from(([10, 1, 1, 1], 21_000)),
+        ocr2(addr, 999, None),
+    );
+    assert_eq!(
+        drain(&mut ep, later)[0].1[0],
+        message::id::OPEN_CONNECTION_REPLY_2
+    );
+}
+
+#[test]
+fn every_unvalidated_reply_is_at_most_three_times_its_request() {
+    let motd = |n| EndpointConfig {
+        offline_ping_response: Bytes::from(vec![b'm'; n]),
+        ..EndpointConfig::default()
+    };
+    let victim = spoofed(1);
+    let ping: Bytes = UnconnectedPing {
+        only_if_open: false,
+        time: 1,
+        client_guid: Some(7),
+    }
+    .to_vec()
+    .into();
+    // Ping -> pong: 66 bytes of MOTD fit (33 + 66 = 99 = 3 x 33); 67 do not.
+    for (n, answered) in [(66, true), (67, false)] {
+        let (mut ep, now, _) = server(motd(n));
+        ep.handle(now, victim, ping.clone());
+        let out = bytes_to(&drain(&mut ep, now), victim);
+        assert!(out <= 3 * ping.len());
+        assert_eq!(out > 0, answered, "MOTD of {n}");
+        assert_eq!(ep.stats().pongs_too_large, u64::from(!answered));
+    }
+    let (mut ep, now, addr) = server(EndpointConfig::default());
+    // An unpadded OCR1 (18 bytes) is not answered at all.
+    ep.handle(now, victim, ocr1(6, 18 + 28));
+    assert_eq!(bytes_to(&drain(&mut ep, now), victim), 0);
+    assert_eq!(ep.stats().ocr1_too_small, 1);
+    // OCR1 -> Reply1 / 0x19; OCR2 -> Reply2 / refusals: each within 3x.
+    for (req, name) in [
+        (ocr1(6, 400), "OCR1"),
+        (ocr1(99, 400), "OCR1 of an unknown protocol"),
+        (ocr2(addr, 1, None), "OCR2"),
+        (ocr2(addr, 1, None), "OCR2 repeated"),
+        (ocr2(addr, 2, None), "OCR2 of another GUID"),
+    ] {
+        ep.handle(now, victim, req.clone());
+        let out = bytes_to(&drain(&mut ep, now), victim);
+        assert!(out > 0 && out <= 3 * req.len(), "{name}: {out}");
+    }
+    ep.ban(now, victim.ip(), None);
+    let req = ocr2(addr, 3, None);
+    ep.handle(now, victim, req.clone());
+    let out = bytes_to(&drain(&mut ep, now), victim);
+    assert!(out > 0 && out <= req.len(), "0x17: {out}");
+    // A banned source's pings and connected datagrams get nothing (no reflection).
+    ep.handle(now, victim, ping.clone());
+    ep.handle(now, victim, Bytes::from_static(&[0x84, 0, 0, 0]));
+    assert!(drain(&mut ep, now).is_empty());
+}
+
+/// A blind attacker: speaks the whole handshake from a forged address without ever reading
+/// a reply, repeating 0x09 and guessing the 0x13 echo. Returns (bytes in, bytes out).
+fn blind_handshake(config: EndpointConfig, protocol: u8, with_ocr1: bool) -> (usize, usize) {
+    let (mut ep, mut now, addr) = server(config);
+    let victim = spoofed(77);
+    let mut sent = 0;
+    let mut feed = |ep: &mut Endpoint, now: Instant, d: Bytes| {
+        sent += d.len();
+        ep.handle(now, victim, d);
+    };
+    if with_ocr1 {
+        feed(&mut ep, now, ocr1(protocol, 1492));
+    }
+    feed(&mut ep, now, ocr2(addr, 0xbad, None));
+    let mut received = bytes_to(&drain(&mut ep, now), victim);
+    for seq in 0..50u32 {
+        feed(
+            &mut ep,
+            now,
+            data(seq, Reliability::Reliable, 0, connection_request(0xbad)),
+        );
+        let guess = u64::from(seq) * 1000;
+        feed(
+            &mut ep,
+            now,
+            data(
+                seq + 100,
+                Reliability::ReliableOrdered,
+                1,
+                new_incoming(addr, guess),
+            ),
+        );
+        now += Duration::from_millis(100);
+        ep.handle_timeout(now);
+        received += bytes_to(&drain(&mut ep, now), victim);
+    }
+    assert_eq!(
+        ep.stats().connections,
+        0,
+        "a blind handshake never connects"
+    );
+    assert_eq!(ep.stats().bad_echo, 50);
+    (sent, received)
+}
+
+#[test]
+fn blind_handshake_gets_at_most_three_times_what_it_sends() {
+    for (protocol, cookies, with_ocr1) in [
+        (6, true, false),
+        (6, true, true),
+        (11, false, false),
+        (11, false, true),
+    ] {
+        let config = EndpointConfig {
+            use_cookies: cookies,
+            ..EndpointConfig::default()
+        };
+        let (sent, received) = blind_handshake(config, protocol, with_ocr1);
+        assert!(
+            received <= 3 * sent,
+            "protocol {protocol}: sent {sent}, received {received}"
+        );
+        assert!(received > 0);
+    }
+}
+
+#[test]
+fn a_single_repeated_0x09_gets_its_0x10_only_within_the_budget() {
+    // Without OCR1 credit: OCR2 (34) + 0x09s (28 each) pay for Reply2 (35) and 110-byte
+    // 0x10s at most three times over.
+    let (mut ep, now, addr) = server(EndpointConfig::default());
+    let victim = spoofed(5);
+    ep.handle(now, victim, ocr2(addr, 9, None));
+    let mut sent = 34;
+    let mut got = bytes_to(&drain(&mut ep, now), victim);
+    for seq in 0..20 {
+        let d = data(seq, Reliability::Reliable, 0, connection_request(9));
+        sent += d.len();
+        ep.handle(now, victim, d);
+        got += bytes_to(&drain(&mut ep, now), victim);
+        assert!(got <= 3 * sent, "after {seq}: {got} > 3 x {sent}");
+    }
+    assert!(ep.stats().amplification_limited > 0);
+}
+
+#[test]
+fn pongs_are_limited_per_source_and_globally() {
+    let (mut ep, mut now, _) = server(EndpointConfig::default());
+    let src = spoofed(3);
+    let ping: Bytes = UnconnectedPing {
+        only_if_open: false,
+        time: 1,
+        client_guid: Some(7),
+    }
+    .to_vec()
+    .into();
+    // 5,000 pings from one source in 0.4 s.
+    let mut pongs = 0;
+    for i in 0..5000 {
+        if i % 50 == 0 {
+            now += Duration::from_millis(4);
+        }
+        ep.handle(now, src, ping.clone());
+        pongs += drain(&mut ep, now).len();
+    }
+    // A burst of 16, then 16 a second.
+    assert!(pongs <= 16 + 7, "{pongs} pongs");
+    assert_eq!(ep.stats().pongs_rate_limited, 5000 - pongs as u64);
+    // 10,000 sources at once: the global byte budget holds.
+    let (mut ep, now, _) = server(EndpointConfig {
+        admission: AdmissionLimits {
+            pong_bytes_per_sec: 10_000,
+            ..AdmissionLimits::default()
+        },
+        ..EndpointConfig::default()
+    });
+    let mut bytes = 0;
+    for i in 0..10_000 {
+        ep.handle(now, spoofed(i), ping.clone());
+        bytes += drain(&mut ep, now)
+            .iter()
+            .map(|(_, d)| d.len())
+            .sum::<usize>();
+    }
+    assert!(bytes <= 10_000, "{bytes}");
+    assert!(ep.stats().pongs_budget_exhausted > 9000);
+}
+
+#[test]
+fn client_endpoints_answer_no_stranger() {
+    let (mut ep, now, addr) = server(EndpointConfig {
+        accept_incoming: false,
+        ..EndpointConfig::default()
+    });
+    let from = spoofed(9);
+    let ping: Bytes = UnconnectedPing {
+        only_if_open: false,
+        time: 1,
+        client_guid: None,
+    }
+    .to_vec()
+    .into();
+    ep.handle(now, from, ping);
+    ep.handle(now, from, ocr1(11, 1492));
+    ep.handle(now, from, ocr2(addr, 1, None));
+    assert!(drain(&mut ep, now).is_empty());
+    assert_eq!(ep.stats().offline_ignored, 3);
+}
+
+/// A connected pair, then the server alone on the clock: the test plays the client.
+fn lonely_server() -> (Pair, ConnId) {
+    let mut p = Pair::new(
+        30,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        LinkConfig::default(),
+    );
+    let (_, s) = p.connect();
+    (p, s)
+}
+
+fn server_closed(p: &mut Pair, s: ConnId) -> Option<DisconnectReason> {
+    while let Some(e) = p.server.poll_event() {
+        p.server_events.push(e);
+    }
+    p.server_events.iter().find_map(|e| match e {
+        Event::Disconnected { conn, reason } if *conn == s => Some(*reason),
+        _ => None,
+    })
+}
+
+#[test]
+fn slowloris_garbage_does_not_hold_a_connection() {
+    let (mut p, s) = lonely_server();
+    let start = p.now;
+    // One undecodable byte with the 0x80 bit, every 9 s; the client itself is silent.
+    for tick in 1..=400 {
+        p.now += Duration::from_millis(100);
+        if tick % 90 == 0 {
+            p.server
+                .handle(p.now, p.client_addr, Bytes::from_static(&[0x80]));
+        }
+        p.server.handle_timeout(p.now);
+        drain(&mut p.server, p.now);
+        if server_closed(&mut p, s).is_some() {
+            break;
+        }
+    }
+    assert_eq!(server_closed(&mut p, s), Some(DisconnectReason::Timeout));
+    assert!(
+        p.now - start <= Duration::from_millis(10_200),
+        "{:?}",
+        p.now - start
+    );
+}
+
+#[test]
+fn peer_that_never_acknowledges_is_closed() {
+    let (mut p, s) = lonely_server();
+    let start = p.now;
+    p.server
+        .send(
+            p.now,
+            s,
+            Bytes::from_static(&[0x86, 1]),
+            SendOptions::new(Reliability::Reliable),
+        )
+        .unwrap();
+    // Forged keep-alives: valid, fresh datagrams with a ping, never an ACK.
+    for tick in 1..=300u32 {
+        p.now += Duration::from_millis(100);
+        if tick % 10 == 0 {
+            let ping = ConnectedPing { time: 1 }.to_vec();
+            let d = data(1000 + tick, Reliability::Unreliable, 0, ping);
+            p.server.handle(p.now, p.client_addr, d);
+        }
+        p.server.handle_timeout(p.now);
+        drain(&mut p.server, p.now);
+        if server_closed(&mut p, s).is_some() {
+            break;
+        }
+    }
+    assert_eq!(server_closed(&mut p, s), Some(DisconnectReason::Timeout));
+    assert!(
+        p.now - start <= Duration::from_millis(10_200),
+        "{:?}",
+        p.now - start
+    );
+}
+
+#[test]
+fn forged_nak_resends_are_bounded_per_rtt() {
+    let (mut p, s) = lonely_server();
+    for i in 0..2000u32 {
+        let msg = Bytes::from(
+            [0x86]
+                .into_iter()
+                .chain(i.to_be_bytes())
+                .chain([0; 1000])
+                .collect::<Vec<_>>(),
+        );
+        p.server
+            .send(p.now, s, msg, SendOptions::new(Reliability::Reliable))
+            .unwrap();
+    }
+    // Play a client that ACKs everything for a while, so the window grows past 16
+    // datagrams, then stops.
+    let mut in_flight = 0;
+    for round in 0..8 {
+        p.now += Duration::from_millis(20);
+        p.server.handle_timeout(p.now);
+        let out = drain(&mut p.server, p.now);
+        in_flight = out.len();
+        if round == 5 {
+            break;
+        }
+        let ranges = out
+            .iter()
+            .filter_map(|(_, d)| match Datagram::decode(d.clone(), false) {
+                Ok(Datagram::Data { header, .. }) => Some(AckRange::single(header.seq)),
+                _ => None,
+            })
+            .collect();
+        let ack = Ack {
+            timestamp: None,
+            arrival_rate: None,
+            ranges,
+        };
+        p.server.handle(p.now, p.client_addr, ack.to_vec().into());
+    }
+    assert!(in_flight > 16, "{in_flight}");
+    // A NAK of every number there is.
+    let nak = Nak {
+        ranges: vec![AckRange {
+            start: DatagramSeq::new(0),
+            end: DatagramSeq::new(8191),
+        }],
+    };
+    let before = p.server.connection_stats(s).unwrap();
+    p.server.handle(p.now, p.client_addr, nak.to_vec().into());
+    let stats = p.server.connection_stats(s).unwrap();
+    assert!(stats.naks_ignored > 0);
+    // At most a congestion window's worth per RTT is declared lost and resent; the rest
+    // of the flight stays in flight.
+    assert!(
+        stats.datagrams_lost <= (before.cwnd / 1464).max(16) as u64,
+        "{stats:?}"
+    );
+    assert!(stats.bytes_in_flight > 0, "{stats:?}");
+}
+
+#[test]
+fn resends_back_off_until_the_first_ack() {
+    // A client whose 0x09 is never acknowledged (a server that went silent after Reply2).
+    let mut now = Instant::now();
+    let server: SocketAddr = common::pair::SERVER.parse().unwrap();
+    let mut c = Endpoint::new(
+        EndpointConfig::default(),
+        common::pair::CLIENT.parse().unwrap(),
+        now,
+    );
+    c.connect(now, server).unwrap();
+    drain(&mut c, now);
+    let reply1 = OpenConnectionReply1 {
+        server_guid: 1,
+        cookie: None,
+        server_public_key: None,
+        mtu: 1492,
+    };
+    c.handle(now, server, reply1.to_vec().into());
+    drain(&mut c, now);
+    let reply2 = OpenConnectionReply2 {
+        server_guid: 1,
+        client_address: common::pair::CLIENT.parse().unwrap(),
+        mtu: 1492,
+        security_answer: None,
+    };
+    // Reply2 at once: the RTT sample is ~0, so the RTO sits at its 30 ms floor.
+    c.handle(now, server, reply2.to_vec().into());
+    let mut datagrams = drain(&mut c, now).len();
+    for _ in 0..1000 {
+        now += Duration::from_millis(10);
+        c.handle_timeout(now);
+        datagrams += drain(&mut c, now).len();
+    }
+    // Without backoff: one resend per 30 ms, ~330 in 10 s.
+    assert!(datagrams <= 20, "{datagrams} datagrams");
+}
