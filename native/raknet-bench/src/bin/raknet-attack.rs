@@ -12,12 +12,15 @@
 //! / bytes out), what the legitimate clients saw (a fresh client connects every 300 ms,
 //! alternating protocol 6 and 11, and echoes 3 messages; one long-lived client echoes 20
 //! messages a second), how long until a fresh client could connect again after the attack,
-//! and the server process's CPU, RSS and socket drops.
+//! and the server process's CPU, RSS and socket drops. After an attack that leaves half-open or
+//! idle connections behind (ocr2, handshake, slowloris), the tool waits `--cooldown` seconds so
+//! that they do not spill into the next row.
 //!
 //! ```text
 //! raknet-attack [--host 127.0.0.1] [--port 19132] [--duration 5] [--attacks all|a,b,...]
 //!               [--rate 20000] [--ping-rate 5000] [--conn-rate 1000] [--sources 1000]
 //!               [--slow-duration 15] [--slow-connections 100] [--server-pid PID] [--wait 60]
+//!               [--cooldown 10]
 //! raknet-attack --free-port     print a UDP port p such that p and p + 1 are free, and exit
 //! ```
 
@@ -117,6 +120,15 @@ impl Attack {
         }
     }
 
+    /// Whether the attack leaves state in the server (half-open or idle connections) that
+    /// lasts until the server's timeouts, and would spill into the next attack's row.
+    fn leaves_state(self) -> bool {
+        matches!(
+            self,
+            Attack::Ocr2 | Attack::Handshake | Attack::Slowloris | Attack::SlowlorisNoAck
+        )
+    }
+
     fn parse(s: &str) -> Option<Self> {
         ALL_ATTACKS.into_iter().find(|a| a.name() == s)
     }
@@ -134,6 +146,7 @@ struct Args {
     slow_connections: usize,
     server_pid: Option<u32>,
     wait: Duration,
+    cooldown: Duration,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -151,6 +164,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         slow_connections: 100,
         server_pid: None,
         wait: Duration::from_secs(60),
+        cooldown: Duration::from_secs(10),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -184,6 +198,14 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--duration" => a.duration = secs(&value)?,
             "--slow-duration" => a.slow_duration = secs(&value)?,
             "--wait" => a.wait = secs(&value)?,
+            "--cooldown" => {
+                a.cooldown = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && (0.0..=600.0).contains(s))
+                    .map(Duration::from_secs_f64)
+                    .ok_or_else(bad)?;
+            }
             "--rate" => a.rate = rate(&value)?,
             "--ping-rate" => a.ping_rate = rate(&value)?,
             "--conn-rate" => a.conn_rate = rate(&value)?,
@@ -261,12 +283,29 @@ struct Traffic {
     sent_bytes: Cell<u64>,
     recv_pkts: Cell<u64>,
     recv_bytes: Cell<u64>,
+    /// Sends the kernel refused (socket buffer full and the like).
+    send_errors: Cell<u64>,
+    first_send: Cell<Option<Instant>>,
+    last_send: Cell<Option<Instant>>,
 }
 
 impl Traffic {
     fn sent(&self, n: usize) {
         self.sent_pkts.set(self.sent_pkts.get() + 1);
         self.sent_bytes.set(self.sent_bytes.get() + n as u64);
+        let now = Instant::now();
+        if self.first_send.get().is_none() {
+            self.first_send.set(Some(now));
+        }
+        self.last_send.set(Some(now));
+    }
+
+    /// Packets per second while sending (first to last send).
+    fn rate(&self) -> f64 {
+        match (self.first_send.get(), self.last_send.get()) {
+            (Some(a), Some(b)) if b > a => self.sent_pkts.get() as f64 / (b - a).as_secs_f64(),
+            _ => 0.0,
+        }
     }
 
     fn received(&self, n: usize) {
@@ -315,6 +354,21 @@ fn source_ip(i: usize) -> Ipv4Addr {
     )
 }
 
+thread_local! {
+    /// Attack sockets stay open until the attack's recovery has been measured: a closed
+    /// socket would make the kernel answer the server with ICMP port-unreachable, which a
+    /// spoofed source that absorbs replies silently never does.
+    static HELD: std::cell::RefCell<Vec<Rc<UdpSocket>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn hold(sock: &Rc<UdpSocket>) {
+    HELD.with(|h| h.borrow_mut().push(sock.clone()));
+}
+
+fn release_held() {
+    HELD.with(|h| h.borrow_mut().clear());
+}
+
 async fn bind_pool(n: usize, first_octet3: Option<u8>) -> Result<Vec<Rc<UdpSocket>>, String> {
     let mut pool = Vec::with_capacity(n);
     for i in 0..n {
@@ -325,8 +379,12 @@ async fn bind_pool(n: usize, first_octet3: Option<u8>) -> Result<Vec<Rc<UdpSocke
         let s = UdpSocket::bind((ip, 0))
             .await
             .map_err(|e| format!("bind {ip}: {e} (raise `ulimit -n`?)"))?;
-        pool.push(Rc::new(s));
+        let s = Rc::new(s);
+        hold(&s);
+        pool.push(s);
     }
+    // Let the reactor see the new sockets writable before the first try_send_to.
+    tokio::time::sleep(Duration::from_millis(2)).await;
     Ok(pool)
 }
 
@@ -380,6 +438,8 @@ async fn paced(rate: f64, end: Instant, max: u64, mut send: impl FnMut(u64)) -> 
 fn try_send(sock: &UdpSocket, to: SocketAddr, pkt: &[u8], traffic: &Traffic) {
     if sock.try_send_to(pkt, to).is_ok() {
         traffic.sent(pkt.len());
+    } else {
+        traffic.send_errors.set(traffic.send_errors.get() + 1);
     }
 }
 
@@ -785,7 +845,7 @@ fn legit_thread(server: SocketAddr, log: SharedLog, stop: Arc<AtomicBool>, hard_
 // is under the attacker's control.
 
 struct RawConn {
-    sock: UdpSocket,
+    sock: Rc<UdpSocket>,
     server: SocketAddr,
     protocol: u8,
     guid: u64,
@@ -841,6 +901,8 @@ impl RawConn {
     async fn send(&self, pkt: &[u8], traffic: &Traffic) {
         if self.sock.send_to(pkt, self.server).await.is_ok() {
             traffic.sent(pkt.len());
+        } else {
+            traffic.send_errors.set(traffic.send_errors.get() + 1);
         }
     }
 
@@ -973,9 +1035,12 @@ async fn raw_connect(
     epoch: Instant,
     traffic: &Traffic,
 ) -> Result<RawConn, String> {
-    let sock = UdpSocket::bind((ip, 0))
-        .await
-        .map_err(|e| format!("bind {ip}: {e}"))?;
+    let sock = Rc::new(
+        UdpSocket::bind((ip, 0))
+            .await
+            .map_err(|e| format!("bind {ip}: {e}"))?,
+    );
+    hold(&sock);
     let ocr1 = encode(&OpenConnectionRequest1 { protocol, mtu });
     let mut r1 =
         offline_exchange(&sock, server, &ocr1, id::OPEN_CONNECTION_REPLY_1, traffic).await?;
@@ -1412,7 +1477,7 @@ async fn nak_attack(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<St
     }
     let (lo, hi) = c.server_seqs.unwrap_or((0, 0));
     Ok(format!(
-        "{naks} NAKs of server datagrams #{lo}..#{hi}; {} echoes of {NAK_BAIT_SIZE} B held{}",
+        "{naks} NAKs of server datagrams #{lo}..#{hi}; {NAK_BAIT_COUNT} echoes of {NAK_BAIT_SIZE} B never ACKed came {} times{}",
         c.frame_ids[usize::from(ECHO_ID)],
         if c.closed { "; server closed it" } else { "" }
     ))
@@ -1536,7 +1601,7 @@ async fn repeat_09(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<Str
 
 struct Row {
     name: &'static str,
-    secs: f64,
+    rate: f64,
     sent_pkts: u64,
     sent_bytes: u64,
     recv_pkts: u64,
@@ -1628,7 +1693,10 @@ async fn run_attack(
         Attack::FarAhead => far_ahead(ctx, end, &traffic).await,
         Attack::Repeat09 => repeat_09(ctx, end, &traffic).await,
     };
-    let note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
+    let mut note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
+    if traffic.send_errors.get() > 0 {
+        note.push_str(&format!("; {} sends failed", traffic.send_errors.get()));
+    }
     // Attacks end by `end` (plus the drain grace); the window is measured as it ran.
     sleep_until(end.into()).await;
     let t1 = Instant::now();
@@ -1639,6 +1707,7 @@ async fn run_attack(
     }
     let secs = (t1 - t0).as_secs_f64();
     let recovery = wait_settled(log, t1).await;
+    release_held();
     let (probes, mut connect_ms, connect_failures, mut echo_ms, echo_failures) =
         with_log(log, |l| {
             let window: Vec<&ProbeRec> = l
@@ -1668,7 +1737,7 @@ async fn run_attack(
     echo_ms.sort_by(f64::total_cmp);
     Row {
         name: attack.name(),
-        secs,
+        rate: traffic.rate(),
         sent_pkts: traffic.sent_pkts.get(),
         sent_bytes: traffic.sent_bytes.get(),
         recv_pkts: traffic.recv_pkts.get(),
@@ -1694,7 +1763,7 @@ fn opt(v: Option<f64>, decimals: usize) -> String {
 
 fn header() -> String {
     format!(
-        "{:<16} {:>7} {:>8} {:>9} {:>8} {:>9} {:>6} | {:>15} {:>6} {:>8} {:>6} {:>7} | {:>5} {:>6} {:>6} | note",
+        "{:<16} {:>7} {:>8} {:>9} {:>8} {:>9} {:>6} | {:>15} {:>6} {:>13} {:>6} {:>7} | {:>5} {:>6} {:>6} | note",
         "attack",
         "pkts/s",
         "sent",
@@ -1704,7 +1773,7 @@ fn header() -> String {
         "ampl",
         "connect p50/max",
         "cfail",
-        "echo p99",
+        "echo p50/p99",
         "efail",
         "recover",
         "CPU%",
@@ -1725,9 +1794,9 @@ fn format_row(r: &Row) -> String {
         opt(percentile(&r.connect_ms, 1.0), 0)
     );
     format!(
-        "{:<16} {:>7.0} {:>8} {:>9.1} {:>8} {:>9.1} {:>6} | {:>15} {:>6} {:>8} {:>6} {:>7} | {:>5} {:>6} {:>6} | {}",
+        "{:<16} {:>7.0} {:>8} {:>9.1} {:>8} {:>9.1} {:>6} | {:>15} {:>6} {:>13} {:>6} {:>7} | {:>5} {:>6} {:>6} | {}",
         r.name,
-        r.sent_pkts as f64 / r.secs,
+        r.rate,
         r.sent_pkts,
         r.sent_bytes as f64 / 1024.0,
         r.recv_pkts,
@@ -1735,7 +1804,11 @@ fn format_row(r: &Row) -> String {
         ampl,
         connect,
         format!("{}/{}", r.connect_failures, r.probes),
-        percentile(&r.echo_ms, 0.99).map_or("-".into(), |v| format!("{v:.1} ms")),
+        format!(
+            "{}/{} ms",
+            opt(percentile(&r.echo_ms, 0.5), 1),
+            opt(percentile(&r.echo_ms, 0.99), 0)
+        ),
         r.echo_failures,
         r.recovery.map_or(">20 s".into(), |s| format!("{s:.1} s")),
         opt(r.cpu_pct, 0),
@@ -1788,6 +1861,7 @@ async fn run(args: Args) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     // Hard bound on the whole run: every window plus its recovery wait.
     let per_attack = args.duration.max(args.slow_duration)
+        + args.cooldown
         + RECOVERY_LIMIT
         + PROBE_CONNECT_TIMEOUT
         + ECHO_TIMEOUT
@@ -1821,6 +1895,10 @@ async fn run(args: Args) -> Result<(), String> {
             let row = run_attack(&ctx, attack, args.duration, args.slow_duration, pid, &log).await;
             eprintln!("{}", format_row(&row));
             rows.push(row);
+            if attack.leaves_state() && Some(&attack) != args.attacks.last() {
+                // Let the server's handshake and idle timeouts clear what the attack left.
+                tokio::time::sleep(args.cooldown).await;
+            }
         }
         println!();
         println!(
