@@ -1707,6 +1707,8 @@ async fn run_attack(
     }
     let secs = (t1 - t0).as_secs_f64();
     let recovery = wait_settled(log, t1).await;
+    // Echoes sent just before the window closed are answered or timed out by then.
+    sleep_until((t1 + ECHO_TIMEOUT + Duration::from_millis(200)).into()).await;
     release_held();
     let (probes, mut connect_ms, connect_failures, mut echo_ms, echo_failures) =
         with_log(log, |l| {
