@@ -6,6 +6,9 @@
 #   make build    build the NIF and the Elixir app (mix compile; MIX_ENV defaults to dev)
 #   make bench    benchmarks: codec, engine over the simulator, raw loopback UDP, and RakNet.Server
 #                 end to end (throughput, official RakNet side by side, latency, scale); bench/results/
+#   make attack   attacks on a RakNet server (floods, slowloris, forged NAKs, ...) against the example
+#                 server on a free loopback port: one table of traffic, amplification, what legitimate
+#                 clients saw, server CPU and RSS (ATTACK_ARGS passes options to raknet-attack)
 #   make fuzz     run every cargo-fuzz target for FUZZ_SECONDS each (default 60)
 #   make venv     Python venv with official RakNet (PyPI `raknet`), for interop tests
 #   make clean    remove build output (Mix and cargo)
@@ -26,7 +29,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 PY_RAKNET := raknet==0.3.0
 VENV := .venv
 
-.PHONY: deps build test lint server bench fuzz venv clean
+.PHONY: deps build test lint server bench attack fuzz venv clean
 
 deps:
 	@if ! command -v $(MIX) >/dev/null 2>&1; then \
@@ -68,6 +71,20 @@ server: deps
 bench: deps venv
 	cargo build --release -p raknet-bench
 	$(MIX) run bench/run.exs </dev/null
+
+# The example server runs in the background on a free port (and port + 1 for IPv6) and is stopped
+# on exit, also on failure or Ctrl-C. Its log goes to a temporary file, shown if the tool fails.
+ATTACK_ARGS ?=
+attack: build
+	cargo build --release -p raknet-bench --bin raknet-attack
+	@port=$$(target/release/raknet-attack --free-port); \
+	log=$$(mktemp); \
+	$(MIX) run examples/echo_server.exs $$port </dev/null >$$log 2>&1 & server=$$!; \
+	trap 'kill $$server 2>/dev/null; wait $$server 2>/dev/null; rm -f $$log' EXIT; \
+	ulimit -n 8192 2>/dev/null || true; \
+	echo "==> example server (pid $$server) on udp 127.0.0.1:$$port"; \
+	target/release/raknet-attack --port $$port $(ATTACK_ARGS) || \
+		{ status=$$?; echo "raknet-attack failed; server log:" >&2; tail -n 30 $$log >&2; exit $$status; }
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := datagram frame ack offline connected_message address
