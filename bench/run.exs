@@ -134,6 +134,8 @@ defmodule Bench do
         ip: "127.0.0.1",
         open_ipv6_socket: false,
         max_connections: 20_000,
+        # Every simulated player of the load tester comes from 127.0.0.1.
+        max_connections_per_ip: 20_000,
         client_data: client_data
       )
 

@@ -70,7 +70,10 @@ host6 = System.get_env("HOST6", "::1")
     open_ipv6_socket: true,
     ipv6_ip: host6,
     ipv6_port: port + 1,
-    offline_ping_response: EchoServer.Motd.motd(0)
+    offline_ping_response: EchoServer.Motd.motd(0),
+    # `mix raknet.load` opens all its connections from one address; a public server would
+    # keep the default (128 per IP).
+    max_connections_per_ip: 20_000
   )
 
 {:ok, _} = EchoServer.Motd.start_link(server)

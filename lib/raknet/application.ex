@@ -116,7 +116,7 @@ defmodule RakNet.ClientEndpoint do
       include_timestamp_with_datagrams: false,
       offline_ping_response: "",
       max_number_of_internal_ids: 10,
-      use_cookies: false,
+      use_cookies: true,
       guid: nil,
       max_pending_deliveries: 10_000,
       max_pending_bytes: 4_194_304,

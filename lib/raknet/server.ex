@@ -162,12 +162,73 @@ defmodule RakNet.Server do
   end
 
   @doc """
+  Bans an IP address (a tuple or a string) for `duration_ms` milliseconds, or `:infinity`:
+  its connection attempts are refused with "connection banned" and everything else it sends
+  is dropped and counted (`banned` in `info/1`), and its current connections are closed.
+  Banning again replaces the duration.
+
+      :ok = RakNet.Server.ban(server, {203, 0, 113, 7}, 60_000)
+      :ok = RakNet.Server.ban(server, "2001:db8::1")
+  """
+  @spec ban(Supervisor.supervisor(), :inet.ip_address() | String.t(), timeout()) ::
+          :ok | {:error, :einval}
+  def ban(server, ip, duration_ms \\ :infinity)
+      when duration_ms == :infinity or (is_integer(duration_ms) and duration_ms > 0) do
+    with {:ok, ip} <- ip_address(ip) do
+      duration = if duration_ms == :infinity, do: nil, else: duration_ms
+      text = ip |> :inet.ntoa() |> to_string()
+
+      case GenServer.call(listener(server), {:ban, text, duration}) do
+        :ok ->
+          for %{address: {^ip, _}, pid: pid} <- connections(server),
+              do: RakNet.Connection.close(pid)
+
+          :ok
+
+        {:error, _} = error ->
+          error
+      end
+    end
+  end
+
+  @doc """
+  Lifts a ban; unbanning an address that is not banned is `:ok`.
+
+      :ok = RakNet.Server.unban(server, {203, 0, 113, 7})
+  """
+  @spec unban(Supervisor.supervisor(), :inet.ip_address() | String.t()) :: :ok | {:error, :einval}
+  def unban(server, ip) do
+    with {:ok, ip} <- ip_address(ip) do
+      GenServer.call(listener(server), {:unban, ip |> :inet.ntoa() |> to_string()})
+    end
+  end
+
+  @doc """
+  The banned addresses, with the milliseconds left (or `:infinity`).
+
+      [{{203, 0, 113, 7}, 59_874}] = RakNet.Server.banned(server)
+  """
+  @spec banned(Supervisor.supervisor()) :: [{:inet.ip_address(), non_neg_integer() | :infinity}]
+  def banned(server), do: GenServer.call(listener(server), :banned)
+
+  defp ip_address(ip) do
+    case Config.parse_ip(ip) do
+      {:ok, ip} -> {:ok, ip}
+      :error -> {:error, :einval}
+    end
+  end
+
+  @doc """
   Replaces the unconnected-pong payload at once, e.g. a Bedrock MOTD with a new player count.
+  It must fit in one datagram (1,431 bytes); `{:error, :too_large}` otherwise. A payload
+  whose pong is larger than `:pong_amplification` times a ping is set, with a warning (see
+  `RakNet.Server.Config`).
 
       :ok = RakNet.Server.set_offline_ping_response(server, "MCPE;My server;594;1.20.0;3;10;...")
   """
-  @spec set_offline_ping_response(Supervisor.supervisor(), binary()) :: :ok
-  def set_offline_ping_response(server, data) when is_binary(data) and byte_size(data) < 65_536,
+  @spec set_offline_ping_response(Supervisor.supervisor(), binary()) ::
+          :ok | {:error, :too_large}
+  def set_offline_ping_response(server, data) when is_binary(data),
     do: GenServer.call(listener(server), {:set_offline_ping_response, data})
 
   @doc """
@@ -239,6 +300,7 @@ defmodule RakNet.Server.Listener do
   def init({%Config{} = config, supervisor}) do
     Process.flag(:trap_exit, true)
     warn_ignored(config)
+    warn_pong_size(config, config.offline_ping_response)
 
     families =
       [{config.open_ipv4_socket, :inet}, {config.open_ipv6_socket, :inet6}]
@@ -251,6 +313,24 @@ defmodule RakNet.Server.Listener do
 
       {:error, reason} ->
         {:stop, reason}
+    end
+  end
+
+  # The first error of `fun` over every endpoint, or :ok.
+  defp each_endpoint(state, fun) do
+    state.endpoints
+    |> Enum.map(fn {_, endpoint} -> fun.(endpoint) end)
+    |> Enum.find(:ok, &match?({:error, _}, &1))
+  end
+
+  defp warn_pong_size(config, payload) do
+    unless Config.pong_fits?(config, payload) do
+      Logger.warning(
+        "raknet: the offline ping response (#{byte_size(payload)} bytes) makes pongs larger " <>
+          "than :pong_amplification (#{config.pong_amplification}) times a ping: pinging " <>
+          "clients (server lists) get no answer; shorten it or raise :pong_amplification",
+        raknet_port: config.port
+      )
     end
   end
 
@@ -306,11 +386,45 @@ defmodule RakNet.Server.Listener do
   end
 
   def handle_call({:set_offline_ping_response, data}, _from, state) do
-    Enum.each(state.endpoints, fn {_, endpoint} ->
-      Native.endpoint_set_offline_ping_response(endpoint, data)
-    end)
+    results =
+      Enum.map(state.endpoints, fn {_, endpoint} ->
+        Native.endpoint_set_offline_ping_response(endpoint, data)
+      end)
 
-    {:reply, :ok, state}
+    case Enum.find(results, &match?({:error, _}, &1)) do
+      nil ->
+        warn_pong_size(state.config, data)
+        {:reply, :ok, state}
+
+      error ->
+        {:reply, error, state}
+    end
+  end
+
+  def handle_call({:ban, ip, duration}, _from, state),
+    do: {:reply, each_endpoint(state, &Native.endpoint_ban(&1, ip, duration)), state}
+
+  def handle_call({:unban, ip}, _from, state),
+    do: {:reply, each_endpoint(state, &Native.endpoint_unban(&1, ip)), state}
+
+  def handle_call(:banned, _from, state) do
+    bans =
+      state.endpoints
+      |> Enum.flat_map(fn {_, endpoint} ->
+        case Native.endpoint_banned(endpoint) do
+          list when is_list(list) -> list
+          {:error, _} -> []
+        end
+      end)
+      |> Enum.flat_map(fn {ip, left} ->
+        case :inet.parse_address(to_charlist(ip)) do
+          {:ok, ip} -> [{ip, if(left, do: left, else: :infinity)}]
+          {:error, _} -> []
+        end
+      end)
+      |> Enum.uniq_by(&elem(&1, 0))
+
+    {:reply, bans, state}
   end
 
   @impl GenServer

@@ -25,9 +25,17 @@ defmodule RakNet.BroadcastTest do
   end
 
   test "a broadcast reaches each of 1,000 connections exactly once" do
-    {server, port} = start_server(EchoClient, max_connections: 2_000)
+    {server, port} =
+      start_server(EchoClient, max_connections: 2_000, max_connections_per_ip: 2_000)
+
     n = 1_000
-    conns = for _ <- 1..n, do: elem(RakNet.connect("127.0.0.1", port), 1)
+
+    conns =
+      for _ <- 1..n do
+        assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+        conn
+      end
+
     for _ <- 1..n, do: assert_receive({:client_new, _}, 10_000)
     assert length(RakNet.Server.connections(server)) == n
 

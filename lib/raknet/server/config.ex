@@ -43,8 +43,8 @@ defmodule RakNet.Server.Config do
       `:include_timestamp_with_datagrams` is `true` (what an X-Plane application expects),
       else `true`.
     * `:client_data` - the third argument of `RakNet.Client.new/3`, any term. Default `%{}`.
-    * `:offline_ping_response` - the unconnected pong payload (a Bedrock MOTD, say), under
-      64 KiB. Default `"RakNet Server"`. Changed live with
+    * `:offline_ping_response` - the unconnected pong payload (a Bedrock MOTD, say), at most
+      1,431 bytes (a pong must fit in one datagram). Default `"RakNet Server"`. Changed live with
       `RakNet.Server.set_offline_ping_response/2`.
     * `:server_identifier` - the server GUID, a 64-bit integer or an 8-byte binary (X-Plane
       makes one of 8 bytes). Default: random.
@@ -56,8 +56,30 @@ defmodule RakNet.Server.Config do
     * `:protocol_versions` - the RakNet protocol versions accepted, the first preferred; other
       clients are refused with their version. Default `[11, 10, 6]`.
     * `:min_mtu` / `:max_mtu` - MTU bounds in bytes, 400..1500. Defaults `400` / `1492`.
-    * `:use_cookies` - answer open-connection-request-1 with an anti-spoofing cookie (Bedrock
-      clients accept it; official RakNet 4.081 clients do not). Default `false`.
+    * `:use_cookies` - answer the open-connection-request-1 of protocol 10/11 (Bedrock)
+      clients with an anti-spoofing cookie they must echo, so a spoofed source never gets a
+      handshake. Protocol 6 (official RakNet 4.081) clients never get one (they would not
+      understand it): they prove their address by echoing a per-address secret time in their
+      new-incoming-connection message instead. Default `true`.
+    * `:handshake_timeout_ms` - how long a handshake may take. Default `10_000`.
+    * `:max_half_open` - handshakes in progress (between open-connection-request-2 and
+      new-incoming-connection) remembered at once, each in a record of at most 64 bytes, no
+      connection: beyond it the oldest is forgotten. Default `4096`.
+    * `:max_half_open_per_ip` - of those, from one IP address. Default `64`.
+    * `:max_connections_per_ip` - connections one IP address may hold (players behind one
+      NAT share one); beyond it clients get "no free incoming connections". Default `128`.
+    * `:new_connections_per_ip_per_sec` - handshakes one IP address may start per second
+      (with a burst of as many); beyond it clients get "IP recently connected". Loopback is
+      exempt. Default `20`.
+    * `:pongs_per_ip_per_sec` - unconnected pongs per source IP per second. Default `16`.
+    * `:pong_bytes_per_sec` - unconnected pong bytes per second for all sources together.
+      Default `262_144`.
+    * `:pong_amplification` - the largest pong as a multiple of its 33-byte ping. A Bedrock
+      MOTD makes pongs of 4-6 times the ping: with 3 (QUIC's anti-amplification bound, what
+      every other reply to an unproven address gets) a Bedrock server list would never see
+      the server. The per-IP and global pong budgets above bound what a spoofed flood can
+      reflect either way. The server warns at start and on
+      `RakNet.Server.set_offline_ping_response/2` when the pong would not fit. Default `6`.
     * `:max_pending_deliveries` - how many messages a connection process may have waiting in
       its mailbox before the connection stops taking the peer's messages (back-pressure: the
       peer's reliable messages stay unacknowledged and are sent again later, its unreliable
@@ -92,6 +114,14 @@ defmodule RakNet.Server.Config do
           | {:min_mtu, 400..1500}
           | {:max_mtu, 400..1500}
           | {:use_cookies, boolean()}
+          | {:handshake_timeout_ms, pos_integer()}
+          | {:max_half_open, pos_integer()}
+          | {:max_half_open_per_ip, pos_integer()}
+          | {:max_connections_per_ip, pos_integer()}
+          | {:new_connections_per_ip_per_sec, pos_integer()}
+          | {:pongs_per_ip_per_sec, non_neg_integer()}
+          | {:pong_bytes_per_sec, non_neg_integer()}
+          | {:pong_amplification, pos_integer()}
           | {:max_pending_deliveries, pos_integer()}
           | {:max_pending_bytes, pos_integer()}
           | {:max_buffered_bytes, pos_integer()}
@@ -116,7 +146,15 @@ defmodule RakNet.Server.Config do
             protocol_versions: [11, 10, 6],
             min_mtu: 400,
             max_mtu: 1492,
-            use_cookies: false,
+            use_cookies: true,
+            handshake_timeout_ms: 10_000,
+            max_half_open: 4096,
+            max_half_open_per_ip: 64,
+            max_connections_per_ip: 128,
+            new_connections_per_ip_per_sec: 20,
+            pongs_per_ip_per_sec: 16,
+            pong_bytes_per_sec: 262_144,
+            pong_amplification: 6,
             max_pending_deliveries: 10_000,
             max_pending_bytes: 4_194_304,
             max_buffered_bytes: 536_870_912,
@@ -256,8 +294,8 @@ defmodule RakNet.Server.Config do
       check(
         :offline_ping_response,
         value,
-        is_binary(value) and byte_size(value) < 65_536,
-        "a binary"
+        is_binary(value) and byte_size(value) <= 1_431,
+        "a binary of at most 1431 bytes"
       )
 
   defp validate(:server_identifier, value) do
@@ -300,6 +338,20 @@ defmodule RakNet.Server.Config do
 
   defp validate(key, value) when key in [:min_mtu, :max_mtu],
     do: check(key, value, is_integer(value) and value in 400..1500, "an integer in 400..1500")
+
+  defp validate(key, value)
+       when key in [
+              :handshake_timeout_ms,
+              :max_half_open,
+              :max_half_open_per_ip,
+              :max_connections_per_ip,
+              :new_connections_per_ip_per_sec,
+              :pong_amplification
+            ],
+       do: check(key, value, is_integer(value) and value > 0, "a positive integer")
+
+  defp validate(key, value) when key in [:pongs_per_ip_per_sec, :pong_bytes_per_sec],
+    do: check(key, value, is_integer(value) and value >= 0, "a non-negative integer")
 
   defp validate(:max_pending_deliveries, value),
     do:
@@ -401,7 +453,33 @@ defmodule RakNet.Server.Config do
       guid: c.server_identifier,
       max_pending_deliveries: c.max_pending_deliveries,
       max_pending_bytes: c.max_pending_bytes,
-      max_buffered_bytes: c.max_buffered_bytes
+      max_buffered_bytes: c.max_buffered_bytes,
+      handshake_timeout_ms: c.handshake_timeout_ms,
+      max_half_open: c.max_half_open,
+      max_half_open_per_ip: c.max_half_open_per_ip,
+      max_connections_per_ip: c.max_connections_per_ip,
+      new_connections_per_ip_per_sec: c.new_connections_per_ip_per_sec,
+      pongs_per_ip_per_sec: c.pongs_per_ip_per_sec,
+      pong_bytes_per_sec: c.pong_bytes_per_sec,
+      pong_amplification: c.pong_amplification
     }
   end
+
+  # An unconnected ping is 33 bytes; a pong is 35 bytes plus the payload.
+  @ping_bytes 33
+  @pong_overhead 35
+
+  @doc """
+  Whether a pong carrying `payload` fits the configuration's `:pong_amplification`; when it
+  does not, clients pinging the server (a Bedrock server list) get no answer.
+
+      iex> config = RakNet.Server.Config.new(MyGame.Player, 0, pong_amplification: 3)
+      iex> RakNet.Server.Config.pong_fits?(config, "RakNet Server")
+      true
+      iex> RakNet.Server.Config.pong_fits?(config, String.duplicate("x", 100))
+      false
+  """
+  @spec pong_fits?(t(), binary()) :: boolean()
+  def pong_fits?(%__MODULE__{pong_amplification: ratio}, payload),
+    do: @pong_overhead + byte_size(payload) <= ratio * @ping_bytes
 end
