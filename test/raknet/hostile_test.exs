@@ -1,0 +1,123 @@
+defmodule RakNet.HostileTest do
+  # The hostile internet, on loopback: many 127.x.y.z addresses stand for many hosts.
+  use ExUnit.Case, async: false
+
+  @moduletag timeout: 120_000
+  @magic <<0, 255, 255, 0, 254, 254, 254, 254, 253, 253, 253, 253, 18, 52, 86, 120>>
+
+  defp start_server(opts \\ []) do
+    opts =
+      Keyword.merge(
+        [ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()],
+        opts
+      )
+
+    spec = RakNet.Server.child_spec([RakNet.Test.EchoClient, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  defp udp(ip) do
+    {:ok, socket} = :gen_udp.open(0, [:binary, active: false, ip: ip])
+    on_exit(fn -> :gen_udp.close(socket) end)
+    socket
+  end
+
+  defp ping(time), do: <<0x01, time::64, @magic::binary, 42::64>>
+
+  # Open connection request 2 naming the server at 127.0.0.1:port, MTU 1492, a client GUID.
+  defp ocr2(port, guid) do
+    <<0x07, @magic::binary, 4, 0x80, 0xFF, 0xFF, 0xFE, port::16, 1492::16, guid::64>>
+  end
+
+  defp drain(socket, acc \\ []) do
+    case :gen_udp.recv(socket, 0, 50) do
+      {:ok, {_ip, _port, data}} -> drain(socket, [data | acc])
+      {:error, :timeout} -> Enum.reverse(acc)
+    end
+  end
+
+  test "a spoofed open-connection-request-2 flood locks nobody out and holds no connection" do
+    # 100 slots: ten times fewer than spoofed sources (before, each spoofed OCR2 took one).
+    {server, port} = start_server(max_connections: 100)
+    sockets = for a <- 1..4, b <- 1..250, do: udp({127, 1, a, b})
+
+    # 1,000 sources, five spoofed OCR2s each: the attack that used to fill max_connections.
+    for round <- 1..5, {socket, i} <- Enum.with_index(sockets) do
+      :ok = :gen_udp.send(socket, {127, 0, 0, 1}, port, ocr2(port, round * 10_000 + i))
+    end
+
+    # A real client (protocol 11, the Bedrock-style one, with its cookie) connects at once.
+    assert {:ok, conn} = RakNet.connect("127.0.0.1", port, timeout: 2_000)
+    {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0x86, "still here">>)
+    assert_receive {:raknet, ^conn, 0x86, "still here", _}, 5_000
+
+    %{connections: 1, endpoints: [%{stats: stats}]} = RakNet.Server.info(server)
+    # Nothing was allocated for the spoofed sources beyond bounded half-open records.
+    assert stats.half_open <= 4096
+    assert stats.connections == 1
+  end
+
+  test "5,000 pings from one source get at most its pong budget; other sources still get pongs" do
+    {server, port} = start_server(pongs_per_ip_per_sec: 16)
+    flooder = udp({127, 2, 0, 1})
+
+    for t <- 1..5_000, do: :ok = :gen_udp.send(flooder, {127, 0, 0, 1}, port, ping(t))
+    pongs = drain(flooder)
+    # A burst of 16 and 16 a second: the flood lasts well under 2 s.
+    assert length(pongs) in 1..48
+    assert Enum.all?(pongs, &match?(<<0x1C, _::binary>>, &1))
+
+    other = udp({127, 2, 0, 2})
+    :ok = :gen_udp.send(other, {127, 0, 0, 1}, port, ping(1))
+    assert {:ok, {_, ^port, <<0x1C, 1::64, _::binary>>}} = :gen_udp.recv(other, 0, 2_000)
+
+    %{endpoints: [%{stats: stats}]} = RakNet.Server.info(server)
+    assert stats.pongs_rate_limited >= 4_900
+  end
+
+  test "bans: refused while banned, connections closed, lifted by unban or by time" do
+    {server, port} = start_server()
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+
+    assert :ok = RakNet.Server.ban(server, "127.0.0.1")
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    assert [{{127, 0, 0, 1}, :infinity}] = RakNet.Server.banned(server)
+    assert RakNet.connect("127.0.0.1", port, timeout: 3_000) == {:error, :banned}
+
+    assert :ok = RakNet.Server.unban(server, {127, 0, 0, 1})
+    assert RakNet.Server.banned(server) == []
+    assert {:ok, _} = RakNet.connect("127.0.0.1", port)
+
+    assert :ok = RakNet.Server.ban(server, {127, 0, 0, 1}, 300)
+    assert [{{127, 0, 0, 1}, left}] = RakNet.Server.banned(server)
+    assert left in 1..300
+    # Expired bans lift by themselves: a connect started after 300 ms succeeds.
+    receive do
+    after
+      400 -> :ok
+    end
+
+    assert {:ok, _} = RakNet.connect("127.0.0.1", port)
+    assert RakNet.Server.ban(server, "not an address") == {:error, :einval}
+  end
+
+  @tag :capture_log
+  test "a MOTD whose pong would exceed :pong_amplification is refused by clients' pings, with a warning" do
+    long = String.duplicate("x", 150)
+
+    log =
+      ExUnit.CaptureLog.capture_log(fn ->
+        {_server, port} = start_server(offline_ping_response: long, pong_amplification: 3)
+        send(self(), {:port, port})
+      end)
+
+    assert log =~ "makes pongs larger than :pong_amplification (3) times a ping"
+    assert_received {:port, port}
+    assert RakNet.Ping.ping("127.0.0.1", port, timeout: 300) == {:error, :timeout}
+
+    {_server, port} = start_server(offline_ping_response: long)
+    assert {:ok, %{data: ^long}} = RakNet.Ping.ping("127.0.0.1", port)
+  end
+end
