@@ -308,6 +308,8 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("held_bytes", s.held_bytes as u64),
         ("splits_expired", s.splits_expired),
         ("pongs_dropped", s.pongs_dropped),
+        ("naks_ignored", s.naks_ignored),
+        ("backoff", s.backoff as u64),
         ("deliveries_dropped", dropped),
     ];
     map(env, &pairs)
