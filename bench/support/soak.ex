@@ -65,7 +65,8 @@ defmodule Bench.Soak do
   def run(opts \\ []) do
     opts = Keyword.merge(@defaults, opts)
     warmup = opts[:warmup_s] || min(60, div(opts[:seconds], 6))
-    {server, port} = start_server(opts[:connections])
+    conns = :ets.new(:soak_connections, [:public, :set, write_concurrency: true])
+    {server, port} = start_server(opts[:connections], conns)
 
     relay =
       open(
@@ -100,7 +101,7 @@ defmodule Bench.Soak do
 
       {out, samples} =
         try do
-          collect(load, server, pids, t0, opts[:progress], "", [])
+          collect(load, {server, conns}, pids, t0, opts[:progress], "", [])
         after
           :timer.cancel(timer)
           flush(:soak_sample)
@@ -117,17 +118,32 @@ defmodule Bench.Soak do
 
       analyse(out, Enum.reverse(samples), relay_stats, opts, warmup)
     after
+      {:os_pid, relay_pid} = Port.info(relay, :os_pid)
       Port.close(relay)
+      stop_relay(relay_pid)
       RakNet.Server.stop(server)
+      :ets.delete(conns)
     end
   end
 
-  defp start_server(connections) do
+  # The relay exits when its stdin closes; make sure of it (it has a thread per client).
+  defp stop_relay(pid, tries \\ 50) do
+    alive = match?({:ok, "raknet-relay" <> _}, File.read("/proc/#{pid}/comm"))
+
+    cond do
+      not alive -> :ok
+      tries == 0 -> System.cmd("kill", ["#{pid}"])
+      true -> Process.sleep(10) && stop_relay(pid, tries - 1)
+    end
+  end
+
+  defp start_server(connections, conns) do
     {:ok, sup} =
       RakNet.Server.start_link(Bench.Soak.Echo, 0,
         ip: "127.0.0.1",
         open_ipv6_socket: false,
-        max_connections: max(connections * 2, 1024)
+        max_connections: max(connections * 2, 1024),
+        client_data: conns
       )
 
     Process.unlink(sup)
@@ -141,10 +157,10 @@ defmodule Bench.Soak do
   end
 
   # Reads raknet-load's output until it exits, sampling the server on each :soak_sample.
-  defp collect(load, server, pids, t0, progress, out, samples) do
+  defp collect(load, {server, conns} = srv, pids, t0, progress, out, samples) do
     receive do
       {^load, {:data, data}} ->
-        collect(load, server, pids, t0, progress, out <> data, samples)
+        collect(load, srv, pids, t0, progress, out <> data, samples)
 
       {^load, {:exit_status, 0}} ->
         {out, samples}
@@ -158,18 +174,49 @@ defmodule Bench.Soak do
           connections: RakNet.Server.info(server).connections,
           beam: :erlang.memory(:total),
           rust: RakNet.native_memory(),
-          cpu: Map.new(pids, fn {k, pid} -> {k, cpu_ticks(pid)} end)
+          cpu: Map.new(pids, fn {k, pid} -> {k, cpu_ticks(pid)} end),
+          queues: queues(conns)
         }
 
         if progress do
+          q = s.queues
+
           progress.(
             "  #{pad(div(s.t, 1000), 5)} s  #{pad(s.connections, 5)} connected  " <>
-              "BEAM #{mb(s.beam)} + Rust #{mb(s.rust)} = #{mb(s.beam + s.rust)} MB"
+              "BEAM #{mb(s.beam)} + Rust #{mb(s.rust)} = #{mb(s.beam + s.rust)} MB  " <>
+              "(summed over connections: send queue #{q.send_queue_frames} frames #{kb(q.send_queue_bytes)} KB, " <>
+              "in flight #{q.reliable_in_flight} frames #{kb(q.bytes_in_flight)} KB, " <>
+              "held #{q.held_for_ordering} #{kb(q.held_bytes)} KB, reassembly #{kb(q.reassembly_bytes)} KB; " <>
+              "median srtt #{q.srtt_ms} ms)"
           )
         end
 
-        collect(load, server, pids, t0, progress, out, [s | samples])
+        collect(load, srv, pids, t0, progress, out, [s | samples])
     end
+  end
+
+  @queue_keys [
+    :send_queue_frames,
+    :send_queue_bytes,
+    :reliable_in_flight,
+    :bytes_in_flight,
+    :held_for_ordering,
+    :held_bytes,
+    :reassembly_bytes
+  ]
+
+  # The server connections' queues, summed (where the memory of a backlog would be).
+  defp queues(conns) do
+    stats =
+      for {pid} <- :ets.tab2list(conns),
+          {:ok, %{stats: stats}} <- [RakNet.Connection.info(pid)],
+          do: stats
+
+    sums =
+      Map.new(@queue_keys, fn k -> {k, stats |> Enum.map(&Map.get(&1, k, 0)) |> Enum.sum()} end)
+
+    srtts = stats |> Enum.map(&Map.get(&1, :srtt_us, 0)) |> Enum.sort()
+    Map.put(sums, :srtt_ms, div(Enum.at(srtts, div(length(srtts), 2)) || 0, 1000))
   end
 
   defp flush(msg) do
@@ -328,6 +375,7 @@ defmodule Bench.Soak do
   end
 
   defp pct(p), do: "#{Float.round(p * 100, 1)} %"
+  defp kb(bytes), do: div(bytes, 1024)
   defp mb(bytes), do: :erlang.float_to_binary(bytes / 1_048_576, decimals: 1)
   defp pad(x, n), do: x |> to_string() |> String.pad_leading(n)
 
@@ -347,11 +395,14 @@ defmodule Bench.Soak.Echo do
   reliability its tag names (0 reliable_ordered, 1 unreliable_sequenced) on the channel it
   names, and anything else reliable-ordered on channel 0.
   """
-  defstruct [:connection]
+  defstruct [:connection, :conns]
 end
 
 defimpl RakNet.Client, for: Bench.Soak.Echo do
-  def new(h, connection, _client_data), do: %{h | connection: connection}
+  def new(h, connection, conns) do
+    :ets.insert(conns, {connection})
+    %{h | connection: connection, conns: conns}
+  end
 
   def receive(h, type, <<_time::64, _n::64, tag, channel, _::binary>> = buffer, _transit)
       when tag in [0, 1] and channel < 32 do
@@ -363,5 +414,10 @@ defimpl RakNet.Client, for: Bench.Soak.Echo do
     do: RakNet.Connection.send(h.connection, :reliable_ordered, <<type, buffer::binary>>)
 
   def got_ack(_h, _id), do: :ok
-  def disconnect(_h), do: :ok
+  # The table goes when the run ends, possibly before the last connection does.
+  def disconnect(h) do
+    :ets.delete(h.conns, h.connection)
+  rescue
+    ArgumentError -> :ok
+  end
 end

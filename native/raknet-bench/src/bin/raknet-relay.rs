@@ -270,7 +270,10 @@ fn run(args: Args) -> std::io::Result<()> {
                 let _ = writeln!(out, "{}", counters.line());
                 let _ = out.flush();
             }
-            eprintln!(
+            // Not eprintln!: it panics when stderr is a closed pipe (a port that merged it into
+            // stdout and is gone), and a panic here would leave the relay running.
+            let _ = writeln!(
+                std::io::stderr(),
                 "DROPPED {} FORWARDED {}",
                 counters.dropped.load(Ordering::Relaxed),
                 counters.forwarded.load(Ordering::Relaxed)
