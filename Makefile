@@ -68,6 +68,15 @@ lint: deps
 server: deps
 	$(MIX) run examples/echo_server.exs $(or $(PORT),19132) </dev/null
 
+# make soak: 1,000 connections for 10 minutes through a lossy, duplicating, reordering relay to an
+# echoing RakNet.Server: reliable messages never lost, duplicated or reordered, unreliable-sequenced
+# never out of sequence, server memory flat. SOAK_CONNECTIONS, SOAK_SECONDS, SOAK_RATE, SOAK_SEED
+# (bench/soak.exs). Not in CI: make test runs its 30 s, 100-connection variant (soak_test.exs).
+.PHONY: soak
+soak: deps
+	cargo build --release -p raknet-bench --bin raknet-load --bin raknet-relay
+	$(MIX) run bench/soak.exs </dev/null
+
 bench: deps venv
 	cargo build --release -p raknet-bench
 	$(MIX) run bench/run.exs </dev/null

@@ -30,6 +30,9 @@ defmodule RakNet.MixProject do
     [extra_applications: [:logger], mod: {RakNet.Application, []}]
   end
 
-  defp elixirc_paths(:test), do: elixirc_paths(:prod) ++ ["test/support"]
+  # bench/support (the soak run shared by `make soak` and its short variant in `mix test`) is
+  # compiled in dev and test only: apps that depend on raknet build it in prod, without it.
+  defp elixirc_paths(:test), do: elixirc_paths(:prod) ++ ["bench/support", "test/support"]
+  defp elixirc_paths(:dev), do: elixirc_paths(:prod) ++ ["bench/support"]
   defp elixirc_paths(_env), do: ["lib/raknet.ex", "lib/raknet"]
 end

@@ -8,7 +8,21 @@
 //! ```text
 //! raknet-load [--host 127.0.0.1] [--port 19132] [--connections 100] [--rate 20] [--size 64]
 //!             [--reliability reliable_ordered] [--channel 0] [--duration 10] [--protocol 11]
+//!             [--verify] [--drain 15]
 //! ```
+//!
+//! Every message is `0x86`, its send time (µs since start, u64 BE), its number (u64 BE, counted
+//! per connection and reliability from 0), a reliability tag (0 reliable_ordered,
+//! 1 unreliable_sequenced, 2 any other) and its channel, then zero padding up to `--size`. A
+//! server that echoes with the tagged reliability on the tagged channel (as `make soak`'s does)
+//! lets `--verify` check the echoes.
+//!
+//! `--verify` sends, at each tick, one reliable_ordered and one unreliable_sequenced message on
+//! `--channel` (`--reliability` is ignored), and checks the echoes per connection: every
+//! reliable one must come back exactly once and in order, and the unreliable-sequenced ones
+//! that come back must come in increasing numbers (losses are allowed). After `--duration` each
+//! player stops sending and waits up to `--drain` seconds for its missing reliable echoes
+//! before it closes. The summary then has `reliable`, `sequenced`, `dropped` and `verify` lines.
 
 use std::cell::RefCell;
 use std::io::ErrorKind;
@@ -29,6 +43,25 @@ struct Args {
     channel: u8,
     duration: Duration,
     protocol: u8,
+    verify: bool,
+    drain: Duration,
+}
+
+/// The tag of a message's reliability in its payload, which an echo server sends back with.
+const TAG_RELIABLE_ORDERED: u8 = 0;
+/// See [`TAG_RELIABLE_ORDERED`].
+const TAG_UNRELIABLE_SEQUENCED: u8 = 1;
+/// See [`TAG_RELIABLE_ORDERED`].
+const TAG_OTHER: u8 = 2;
+/// Bytes before the padding: id, send time, number, reliability tag, channel.
+const HEADER: usize = 1 + 8 + 8 + 1 + 1;
+
+fn tag(reliability: Reliability) -> u8 {
+    match reliability {
+        Reliability::ReliableOrdered => TAG_RELIABLE_ORDERED,
+        Reliability::UnreliableSequenced => TAG_UNRELIABLE_SEQUENCED,
+        _ => TAG_OTHER,
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -43,9 +76,15 @@ fn parse_args() -> Result<Args, String> {
         channel: 0,
         duration: Duration::from_secs(10),
         protocol: 11,
+        verify: false,
+        drain: Duration::from_secs(15),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--verify" {
+            a.verify = true;
+            continue;
+        }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         let bad = |_: std::num::ParseIntError| format!("bad value for {flag}: {value}");
         let badf = |_: std::num::ParseFloatError| format!("bad value for {flag}: {value}");
@@ -54,10 +93,11 @@ fn parse_args() -> Result<Args, String> {
             "--port" => port = value.parse().map_err(bad)?,
             "--connections" => a.connections = value.parse().map_err(bad)?,
             "--rate" => a.rate = value.parse().map_err(badf)?,
-            "--size" => a.size = value.parse::<usize>().map_err(bad)?.max(17),
+            "--size" => a.size = value.parse::<usize>().map_err(bad)?.max(HEADER),
             "--channel" => a.channel = value.parse().map_err(bad)?,
             "--duration" => a.duration = Duration::from_secs_f64(value.parse().map_err(badf)?),
             "--protocol" => a.protocol = value.parse().map_err(bad)?,
+            "--drain" => a.drain = Duration::from_secs_f64(value.parse().map_err(badf)?),
             "--reliability" => {
                 a.reliability = match value.as_str() {
                     "unreliable" => Reliability::Unreliable,
@@ -95,6 +135,53 @@ struct Totals {
     bytes_received: u64,
     rtts_us: Vec<u32>,
     failures: Vec<String>,
+    /// `--verify`: connections that ended before they closed themselves.
+    dropped: usize,
+    reliable: Check,
+    sequenced: Check,
+}
+
+/// What `--verify` found for one reliability, summed over the connections.
+#[derive(Default)]
+struct Check {
+    sent: u64,
+    /// Distinct messages echoed.
+    echoed: u64,
+    lost: u64,
+    duplicated: u64,
+    /// Echoes that did not come in sending order (reliable: not the next expected number;
+    /// sequenced: a number not above the last one echoed).
+    out_of_order: u64,
+    rtts_us: Vec<u32>,
+}
+
+/// One connection's reliable-ordered echoes: which numbers came back, and which one is next.
+#[derive(Default)]
+struct ReliableEchoes {
+    seen: Vec<u64>,
+    next: u64,
+    count: u64,
+}
+
+impl ReliableEchoes {
+    /// Record echo `n`; count it into `check` as in order, duplicated or out of order.
+    fn record(&mut self, n: u64, check: &mut Check) {
+        let (word, bit) = ((n / 64) as usize, 1u64 << (n % 64));
+        if word >= self.seen.len() {
+            self.seen.resize(word + 1, 0);
+        }
+        if self.seen[word] & bit != 0 {
+            check.duplicated += 1;
+            return;
+        }
+        self.seen[word] |= bit;
+        self.count += 1;
+        check.echoed += 1;
+        if n != self.next {
+            check.out_of_order += 1;
+        }
+        self.next = self.next.max(n + 1);
+    }
 }
 
 async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id: usize) {
@@ -132,15 +219,27 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
     let mut seq = 0u64;
     let mut connected = false;
     let mut ever_connected = false;
+    // `--verify`: numbers sent per tag, the reliable echoes, the last sequenced echo.
+    let mut sent = [0u64; 2];
+    let mut reliable = ReliableEchoes::default();
+    let mut last_sequenced: Option<u64> = None;
+    // A verifying player stays (without sending) until its reliable echoes are all back, for
+    // at most `--drain`; it then closes, and leaves a second later.
+    let close_by = if args.verify { stop + args.drain } else { stop };
+    let mut leave_at = close_by + Duration::from_secs(1);
     loop {
         let now = Instant::now();
-        if now >= stop + Duration::from_secs(1) {
+        if now >= leave_at {
             break;
         }
         let wake = [
             ep.poll_timeout(),
             next_send.filter(|_| now < stop),
-            Some(stop + Duration::from_secs(1)),
+            Some(if connected && now < close_by {
+                close_by
+            } else {
+                leave_at
+            }),
         ]
         .into_iter()
         .flatten()
@@ -163,16 +262,53 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
         let now = Instant::now();
         ep.handle_timeout(now);
         if connected && now < stop && next_send.is_some_and(|t| now >= t) {
-            let mut payload = Vec::with_capacity(args.size);
-            payload.push(0x86);
-            payload.extend_from_slice(&(now - start).as_micros().to_be_bytes()[8..]);
-            payload.extend_from_slice(&seq.to_be_bytes());
-            payload.resize(args.size, 0);
-            seq += 1;
-            if ep.send(now, conn, Bytes::from(payload), opts).is_ok() {
-                let mut t = totals.borrow_mut();
-                t.sent += 1;
-                t.bytes_sent += args.size as u64;
+            let payload = |n: u64, reliability| {
+                let mut payload = Vec::with_capacity(args.size);
+                payload.push(0x86);
+                payload.extend_from_slice(&(now - start).as_micros().to_be_bytes()[8..]);
+                payload.extend_from_slice(&n.to_be_bytes());
+                payload.push(tag(reliability));
+                payload.push(args.channel);
+                payload.resize(args.size, 0);
+                Bytes::from(payload)
+            };
+            if args.verify {
+                for (i, reliability) in [
+                    Reliability::ReliableOrdered,
+                    Reliability::UnreliableSequenced,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let opts = SendOptions {
+                        reliability,
+                        ..opts
+                    };
+                    if ep
+                        .send(now, conn, payload(sent[i], reliability), opts)
+                        .is_ok()
+                    {
+                        sent[i] += 1;
+                        let mut t = totals.borrow_mut();
+                        t.sent += 1;
+                        t.bytes_sent += args.size as u64;
+                        if i == 0 {
+                            t.reliable.sent += 1;
+                        } else {
+                            t.sequenced.sent += 1;
+                        }
+                    }
+                }
+            } else {
+                if ep
+                    .send(now, conn, payload(seq, args.reliability), opts)
+                    .is_ok()
+                {
+                    let mut t = totals.borrow_mut();
+                    t.sent += 1;
+                    t.bytes_sent += args.size as u64;
+                }
+                seq += 1;
             }
             next_send = next_send.map(|t| t + interval);
         }
@@ -193,10 +329,34 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
                             u64::from_be_bytes(payload[1..9].try_into().unwrap_or([0; 8]));
                         let rtt = (now - start).as_micros() as u64
                             - sent_us.min((now - start).as_micros() as u64);
-                        t.rtts_us.push(rtt.min(u64::from(u32::MAX)) as u32);
+                        let rtt = rtt.min(u64::from(u32::MAX)) as u32;
+                        t.rtts_us.push(rtt);
+                        if args.verify && payload.len() >= HEADER {
+                            let n = u64::from_be_bytes(payload[9..17].try_into().unwrap_or([0; 8]));
+                            match payload[17] {
+                                TAG_RELIABLE_ORDERED => {
+                                    reliable.record(n, &mut t.reliable);
+                                    t.reliable.rtts_us.push(rtt);
+                                }
+                                TAG_UNRELIABLE_SEQUENCED => {
+                                    if last_sequenced.is_some_and(|last| n <= last) {
+                                        t.sequenced.out_of_order += 1;
+                                    } else {
+                                        last_sequenced = Some(n);
+                                        t.sequenced.echoed += 1;
+                                    }
+                                    t.sequenced.rtts_us.push(rtt);
+                                }
+                                _ => {}
+                            }
+                        }
                     }
                 }
                 Event::Disconnected { reason, .. } => {
+                    if args.verify && connected {
+                        t.reliable.lost += sent[0] - reliable.count;
+                        t.dropped += 1;
+                    }
                     if ever_connected {
                         t.disconnected += 1;
                     } else {
@@ -213,10 +373,15 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
         while let Some(tx) = ep.poll_transmit(now, &mut buf) {
             let _ = socket.send_to(&buf[..tx.size], tx.destination).await;
         }
-        if now >= stop && connected {
+        let all_back = reliable.count == sent[0];
+        if connected && now >= stop && (!args.verify || all_back || now >= close_by) {
+            if args.verify {
+                totals.borrow_mut().reliable.lost += sent[0] - reliable.count;
+            }
             ep.close(now, conn);
             connected = false;
             next_send = None;
+            leave_at = leave_at.min(now + Duration::from_secs(1));
         }
     }
 }
@@ -226,6 +391,42 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
         return f64::NAN;
     }
     sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+}
+
+/// The `--verify` lines of the summary.
+fn verify_summary(t: &mut Totals) {
+    let r = &mut t.reliable;
+    r.rtts_us.sort_unstable();
+    println!(
+        "  reliable      sent {}, echoed {}, lost {}, duplicated {}, out of order {}, p99 {:.3} ms",
+        r.sent,
+        r.echoed,
+        r.lost,
+        r.duplicated,
+        r.out_of_order,
+        percentile(&r.rtts_us, 0.99)
+    );
+    let q = &mut t.sequenced;
+    q.rtts_us.sort_unstable();
+    q.lost = q.sent.saturating_sub(q.echoed);
+    println!(
+        "  sequenced     sent {}, echoed {}, lost {} ({:.2} %), out of sequence {}, p99 {:.3} ms",
+        q.sent,
+        q.echoed,
+        q.lost,
+        q.lost as f64 * 100.0 / q.sent.max(1) as f64,
+        q.out_of_order,
+        percentile(&q.rtts_us, 0.99)
+    );
+    println!("  dropped       {} connections ended early", t.dropped);
+    let ok = t.failed == 0
+        && t.dropped == 0
+        && r.lost == 0
+        && r.duplicated == 0
+        && r.out_of_order == 0
+        && r.echoed == r.sent
+        && q.out_of_order == 0;
+    println!("  verify        {}", if ok { "ok" } else { "FAILED" });
 }
 
 fn main() {
@@ -336,6 +537,9 @@ fn main() {
             "  unanswered    {lost} ({:.2} %)",
             lost as f64 * 100.0 / t.sent.max(1) as f64
         );
+    }
+    if args.verify {
+        verify_summary(&mut t);
     }
     if t.connected == 0 {
         std::process::exit(1);
