@@ -242,6 +242,23 @@ impl Default for EndpointConfig {
 }
 
 impl EndpointConfig {
+    /// The internal-address list of 0x10/0x13 on a connection of `protocol` from an endpoint
+    /// bound to `local`: the address the peer sees first ([`EndpointConfig::advertised_ip`]
+    /// or the bound one, with the bound port), then the unassigned placeholder.
+    pub fn internal_address_list(
+        &self,
+        protocol: u8,
+        local: std::net::SocketAddr,
+    ) -> Vec<std::net::SocketAddr> {
+        let n = self.internal_addresses_for(protocol);
+        let mut list = vec![crate::addr::UNASSIGNED; n];
+        if let Some(first) = list.first_mut() {
+            let ip = self.advertised_ip.unwrap_or(local.ip());
+            *first = std::net::SocketAddr::new(ip, local.port());
+        }
+        list
+    }
+
     /// Internal addresses to send in 0x10/0x13 on a connection of `protocol`.
     pub fn internal_addresses_for(&self, protocol: u8) -> usize {
         if protocol >= 10 {

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::addr;
 use crate::clock::ClockSync;
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
@@ -820,7 +819,6 @@ impl Connection {
                 return;
             }
             Arrival::New { missing } => {
-                self.last_receive = now;
                 if let Some(range) = missing {
                     self.naks.push_range(now, range);
                 }
@@ -840,6 +838,9 @@ impl Connection {
                 refused = true;
                 break;
             };
+            // Only a datagram that carries a frame that decodes keeps the connection alive:
+            // a valid header over a garbage body (slowloris) does not.
+            self.last_receive = now;
             match self.accept_frame(now, frame, &mut delivered) {
                 Ok(()) => {}
                 Err(None) => {
@@ -967,10 +968,11 @@ impl Connection {
             (ConnectedMessage::ConnectionRequestAccepted(acc), State::Requesting) => {
                 self.clock
                     .add(self.echoed_ms(acc.request_time), now_ms, acc.accepted_time);
-                let n = self.config.internal_addresses_for(self.protocol);
                 let nic = NewIncomingConnection {
                     server_address: self.addr,
-                    internal_addresses: self.internal_addresses(n),
+                    internal_addresses: self
+                        .config
+                        .internal_address_list(self.protocol, self.local_addr),
                     ping_time: acc.accepted_time,
                     pong_time: self.wire_ms(now),
                 };
@@ -1047,21 +1049,19 @@ impl Connection {
         }
     }
 
+    /// A connected ping. When nothing reliable awaits acknowledgement it goes reliable, as
+    /// official RakNet's idle keepalive does: a peer that never acknowledges anything (a
+    /// slowloris that only sends) is then caught by the unacknowledged-data timeout.
     fn send_ping(&mut self, now: Instant) {
         let ping = ConnectedPing {
             time: self.wire_ms(now),
         };
-        self.send_internal(now, &ping, Reliability::Unreliable);
-    }
-
-    fn internal_addresses(&self, n: usize) -> Vec<std::net::SocketAddr> {
-        let mut v = Vec::with_capacity(n);
-        if n > 0 {
-            let ip = self.config.advertised_ip.unwrap_or(self.local_addr.ip());
-            v.push(std::net::SocketAddr::new(ip, self.local_addr.port()));
-        }
-        v.resize(n, addr::UNASSIGNED);
-        v
+        let reliability = if self.flight.reliable_in_flight() == 0 {
+            Reliability::Reliable
+        } else {
+            Reliability::Unreliable
+        };
+        self.send_internal(now, &ping, reliability);
     }
 
     /// Bytes of the peer's data this connection buffers: reassembly and ordering holds.

@@ -45,7 +45,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::addr;
 use crate::admission::BoundedMap;
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
@@ -522,11 +521,7 @@ impl ServerHandshake {
         // 0x09 resends (its RTO) must keep asking for it. The connection acknowledges the
         // 0x09 when 0x13 creates it.
         let first = config.initial_index_for_tests;
-        let n = config.internal_addresses_for(h.protocol);
-        let mut internal = vec![addr::UNASSIGNED; n];
-        if let Some(a) = internal.first_mut() {
-            *a = local_addr;
-        }
+        let internal = config.internal_address_list(h.protocol, local_addr);
         let accepted = ConnectionRequestAccepted {
             client_address: from,
             system_index: 0,

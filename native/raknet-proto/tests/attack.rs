@@ -476,6 +476,58 @@ fn peer_that_never_acknowledges_is_closed() {
     );
 }
 
+/// Drive the server for up to 30 s in 100 ms steps, calling `feed` every `every` steps;
+/// returns when the connection closed and how long it took.
+fn hold_open(
+    p: &mut Pair,
+    s: ConnId,
+    every: u32,
+    mut feed: impl FnMut(&mut Pair, u32),
+) -> (Option<DisconnectReason>, Duration) {
+    let start = p.now;
+    for tick in 1..=300u32 {
+        p.now += Duration::from_millis(100);
+        if tick % every == 0 {
+            feed(p, tick);
+        }
+        p.server.handle_timeout(p.now);
+        drain(&mut p.server, p.now);
+        if server_closed(p, s).is_some() {
+            break;
+        }
+    }
+    (server_closed(p, s), p.now - start)
+}
+
+#[test]
+fn slowloris_with_valid_headers_and_garbage_bodies_is_closed() {
+    let (mut p, s) = lonely_server();
+    // A well-formed datagram header with a fresh number every 2 s, over 32 bytes of garbage.
+    let (reason, took) = hold_open(&mut p, s, 20, |p, tick| {
+        let mut d = Vec::new();
+        DataHeader::new(DatagramSeq::new(1000 + tick)).encode(&mut d);
+        d.extend_from_slice(&[0xFF; 32]);
+        p.server.handle(p.now, p.client_addr, Bytes::from(d));
+    });
+    assert_eq!(reason, Some(DisconnectReason::Timeout));
+    assert!(took <= Duration::from_millis(10_200), "{took:?}");
+}
+
+#[test]
+fn a_valid_pinger_that_never_acknowledges_is_closed_even_when_idle() {
+    // Nothing reliable of ours is outstanding: the idle keepalive goes reliable, and a
+    // peer that never acknowledges it is dead (official RakNet's rule).
+    let (mut p, s) = lonely_server();
+    let (reason, took) = hold_open(&mut p, s, 10, |p, tick| {
+        let ping = ConnectedPing { time: 1 }.to_vec();
+        let d = data(1000 + tick, Reliability::Unreliable, 0, ping);
+        p.server.handle(p.now, p.client_addr, d);
+    });
+    assert_eq!(reason, Some(DisconnectReason::Timeout));
+    // The first keepalive goes out after the 5 s ping interval, then waits the timeout.
+    assert!(took <= Duration::from_millis(15_200), "{took:?}");
+}
+
 #[test]
 fn forged_nak_resends_are_bounded_per_rtt() {
     let (mut p, s) = lonely_server();
