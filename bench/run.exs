@@ -385,6 +385,67 @@ defmodule Bench do
     %{ns_per_send_handle: round(by_handle), ns_per_send_pid: round(by_pid)}
   end
 
+  # -- 8. Broadcast: one 200 B message to 1,000 connections, against 1,000 send/3 calls ------
+
+  def broadcast(n \\ 1_000, reps \\ 20), do: with_server(&broadcast(&1, n, reps))
+
+  defp broadcast(server, n, reps) do
+    clients =
+      for _ <- 1..n do
+        {:ok, conn} = RakNet.connect("127.0.0.1", server.port)
+        conn
+      end
+
+    # The last handshakes' connection processes may still be starting.
+    pids = registered(server.sup, n, 500)
+    if length(pids) != n, do: raise("#{length(pids)} of #{n} connections registered")
+    message = <<0x86, 0::1592>>
+
+    time = fn fun ->
+      t0 = System.monotonic_time(:nanosecond)
+      for _ <- 1..reps, do: fun.()
+      (System.monotonic_time(:nanosecond) - t0) / reps / 1_000
+    end
+
+    one_call =
+      time.(fn -> {:ok, ^n} = RakNet.Server.broadcast(server.sup, :unreliable, message) end)
+
+    sends =
+      time.(fn ->
+        for pid <- pids, do: {:ok, nil} = RakNet.Connection.send(pid, :unreliable, message)
+      end)
+
+    Enum.each(clients, &RakNet.Connection.close/1)
+    flush_raknet()
+
+    %{
+      us_per_broadcast: Float.round(one_call, 1),
+      us_per_recipient_broadcast: Float.round(one_call / n, 3),
+      us_per_1000_sends: Float.round(sends, 1),
+      us_per_send: Float.round(sends / n, 3)
+    }
+  end
+
+  defp registered(sup, n, tries) do
+    pids = Enum.map(RakNet.Server.connections(sup), & &1.pid)
+
+    if length(pids) >= n or tries == 0 do
+      pids
+    else
+      Process.sleep(10)
+      registered(sup, n, tries - 1)
+    end
+  end
+
+  defp flush_raknet do
+    receive do
+      {:raknet, _, _, _, _} -> flush_raknet()
+      {:raknet_disconnect, _, _} -> flush_raknet()
+    after
+      500 -> :ok
+    end
+  end
+
   # -- 4 and 5: raknet-load against an echoing RakNet.Server ---------------------------------
 
   def load(args), do: with_server([echo: true], &load(&1, args))
@@ -610,6 +671,9 @@ scale =
 IO.puts("-- 7. send/3 from another process: to the connection pid, and to its handle (x#{n})")
 send_paths = Bench.repeat(&Bench.send_paths/0)
 
+IO.puts("-- 8. one 200 B message to 1,000 connections: broadcast vs 1,000 send/3 calls (x#{n})")
+broadcast = Bench.repeat(&Bench.broadcast/0)
+
 m = &Bench.median/2
 one_way_rate = m.(one_way, :messages_per_s)
 echo_rate = m.(echo, :messages_per_s)
@@ -622,6 +686,8 @@ b5 = %{seconds: m.(bulk5, :seconds), mb_per_s: m.(bulk5, :mb_per_s), resends: m.
 raknet_dgrams = m.(one_way, :client_datagrams_out_per_s)
 by_pid = m.(send_paths, :ns_per_send_pid)
 by_handle = m.(send_paths, :ns_per_send_handle)
+bc_call = m.(broadcast, :us_per_broadcast)
+bc_sends = m.(broadcast, :us_per_1000_sends)
 f = &Bench.fmt/1
 x = fn r -> if r, do: "#{Bench.fmt(r)}x", else: "-" end
 c = &Bench.cell/2
@@ -665,6 +731,15 @@ rows =
       c.(send_paths, "to the pid #{f.(by_pid)} ns, to the handle #{f.(by_handle)} ns"),
       "never blocks",
       "#{x.(Bench.ratio(by_pid, by_handle))} the handle's cost per call"
+    ],
+    [
+      "8. one 200 B message to 1,000 connections",
+      c.(
+        broadcast,
+        "broadcast #{f.(bc_call)} µs (#{f.(m.(broadcast, :us_per_recipient_broadcast))} µs/recipient)"
+      ),
+      "",
+      "1,000 send/3 calls #{f.(bc_sends)} µs: #{x.(Bench.ratio(bc_sends, bc_call))} the broadcast"
     ]
   ] ++
     Enum.map(scale, fn s ->
@@ -728,6 +803,7 @@ results = %{
   bulk_16mib: %{loss_0: Map.put(b0, :runs, bulk0), loss_5: Map.put(b5, :runs, bulk5)},
   latency_1k_per_s: Map.put(lat, :runs, latency),
   send_paths: %{ns_per_send_pid: by_pid, ns_per_send_handle: by_handle, runs: send_paths},
+  broadcast_1000: %{us_per_broadcast: bc_call, us_per_1000_sends: bc_sends, runs: broadcast},
   scale: scale,
   seconds: System.monotonic_time(:second) - started
 }

@@ -144,12 +144,20 @@ defmodule RakNet.Server do
           {:ok, non_neg_integer()} | {:error, atom()}
   def broadcast(server, reliability, message, opts \\ []) do
     {except, opts} = Keyword.pop(opts, :except, [])
-    skip = MapSet.new(except)
+    handles = RakNet.Connection.Registry.handles(whereis!(server))
 
     conns =
-      for %{pid: pid, conn: conn} <- connections(server),
-          not MapSet.member?(skip, pid) and not MapSet.member?(skip, conn),
-          do: conn
+      case except do
+        [] ->
+          Enum.map(handles, &elem(&1, 1))
+
+        _ ->
+          skip = MapSet.new(except)
+
+          for {pid, conn} <- handles,
+              not MapSet.member?(skip, pid) and not MapSet.member?(skip, conn),
+              do: conn
+      end
 
     RakNet.broadcast(conns, reliability, message, opts)
   end

@@ -4,8 +4,9 @@ defmodule RakNet.Connection.Registry do
   #
   #   * `@table` (set): connection pid => {handle, server, info}. RakNet.Connection.send/3 to a
   #     pid reads it, so a send never waits on the connection process;
-  #   * `@index` (ordered_set): {server, kind, key} => pid, for listing a server's connections
-  #     ({server, :pid, pid}) and finding one by address, GUID or application id. A lookup
+  #   * `@index` (ordered_set): {server, kind, key} => pid, for finding a connection by
+  #     address, GUID or application id, and {server, :pid, pid} => handle for listing a
+  #     server's connections (a broadcast to all of them reads only these rows). A lookup
   #     binds the key's prefix, so it costs O(log n), and listing one server's connections
   #     costs O(its connections), not O(every connection of the node).
   #
@@ -28,11 +29,11 @@ defmodule RakNet.Connection.Registry do
     :ets.insert(@table, {pid, conn, server, info})
 
     rows =
-      for {kind, key} <- [pid: pid, address: info[:address], guid: info[:guid]],
+      for {kind, key} <- [address: info[:address], guid: info[:guid]],
           key != nil,
           do: {{server, kind, key}, pid}
 
-    :ets.insert(@index, rows)
+    :ets.insert(@index, [{{server, :pid, pid}, conn} | rows])
 
     GenServer.cast(__MODULE__, {:monitor, pid})
   end
@@ -91,12 +92,17 @@ defmodule RakNet.Connection.Registry do
     end
   end
 
+  @doc "`{pid, handle}` of every connection of `server`, from one read of the index."
+  @spec handles(pid()) :: [{pid(), reference()}]
+  def handles(server),
+    do: :ets.select(@index, [{{{server, :pid, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}])
+
   @doc "The connections of `server`, in no particular order."
   @spec connections(pid()) :: [map()]
   def connections(server) do
-    @index
-    |> :ets.select([{{{server, :pid, :_}, :"$1"}, [], [:"$1"]}])
-    |> Enum.flat_map(fn pid ->
+    server
+    |> handles()
+    |> Enum.flat_map(fn {pid, _conn} ->
       case info(pid) do
         {:ok, info} -> [info]
         :error -> []
@@ -118,8 +124,9 @@ defmodule RakNet.Connection.Registry do
       [{^pid, _conn, server, info}] ->
         # An index row whose key a newer connection took over (the same address after a
         # reconnect) belongs to that one now: delete only rows that still point here.
+        :ets.delete(@index, {server, :pid, pid})
+
         for key <- [
-              {server, :pid, pid},
               {server, :address, info[:address]},
               {server, :guid, info[:guid]},
               {server, :id, info.id}
