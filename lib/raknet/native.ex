@@ -80,6 +80,14 @@ defmodule RakNet.Native do
   def endpoint_ping(_endpoint, _host, _port, _owner), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  @spec endpoint_set_suspended(reference(), boolean()) :: :ok
+  def endpoint_set_suspended(_endpoint, _suspended), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec endpoint_set_max_connections(reference(), pos_integer()) :: :ok
+  def endpoint_set_max_connections(_endpoint, _max), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_stop(reference()) :: :ok
   def endpoint_stop(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 

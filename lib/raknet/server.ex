@@ -262,13 +262,46 @@ defmodule RakNet.Server do
   def make_unique_id, do: <<timestamp()::size(48), :rand.uniform(65_536) - 1::size(16)>>
 
   @doc """
-  Stops the server gracefully: every connected client gets a disconnection notification (the
-  server waits up to 3 s for their acknowledgements) and every connection's
+  Stops the server gracefully: it stops accepting, every connected client gets a
+  disconnection notification after what was already queued for it, the server waits up to
+  `timeout` ms (default 3 s) for their acknowledgements, and every connection's
   `RakNet.Client.disconnect/1` runs. A server under your own supervisor stops with it the same
-  way.
+  way (with the default wait).
+
+      :ok = RakNet.Server.stop(server, 10_000)
   """
-  @spec stop(Supervisor.supervisor()) :: :ok
-  def stop(server), do: Supervisor.stop(server)
+  @spec stop(Supervisor.supervisor(), timeout()) :: :ok
+  def stop(server, timeout \\ 3_000) when is_integer(timeout) and timeout >= 0 do
+    GenServer.call(listener(server), {:stop_wait, timeout})
+    Supervisor.stop(server, :normal, :infinity)
+  end
+
+  @doc """
+  Stops accepting new connections and keeps the current players (maintenance, a full zone).
+  Newcomers are refused with "no free incoming connections"; pings are still answered.
+
+      :ok = RakNet.Server.suspend(server)
+  """
+  @spec suspend(Supervisor.supervisor()) :: :ok
+  def suspend(server), do: GenServer.call(listener(server), {:suspended, true})
+
+  @doc """
+  Accepts new connections again after `suspend/1`.
+
+      :ok = RakNet.Server.resume(server)
+  """
+  @spec resume(Supervisor.supervisor()) :: :ok
+  def resume(server), do: GenServer.call(listener(server), {:suspended, false})
+
+  @doc """
+  Changes `:max_connections` (per socket) at once. A lower limit closes nobody: newcomers are
+  refused until enough players have left.
+
+      :ok = RakNet.Server.set_max_connections(server, 200)
+  """
+  @spec set_max_connections(Supervisor.supervisor(), pos_integer()) :: :ok
+  def set_max_connections(server, max) when is_integer(max) and max > 0,
+    do: GenServer.call(listener(server), {:max_connections, max})
 
   defp listener(server) do
     Enum.find_value(Supervisor.which_children(server), fn
@@ -292,7 +325,8 @@ defmodule RakNet.Server.Listener do
   @moduledoc false
   # Owns a server's endpoints (sockets + engines) and starts a RakNet.Connection for every
   # client that completes the handshake.
-  use GenServer, shutdown: 5_000
+  # The listener bounds its own terminate (its stop wait); the supervisor waits for it.
+  use GenServer, shutdown: :infinity
 
   require Logger
 
@@ -409,6 +443,19 @@ defmodule RakNet.Server.Listener do
     end
   end
 
+  def handle_call({:stop_wait, ms}, _from, state),
+    do: {:reply, :ok, Map.put(state, :stop_wait, ms)}
+
+  def handle_call({:suspended, suspended}, _from, state) do
+    Enum.each(state.endpoints, fn {_, ep} -> Native.endpoint_set_suspended(ep, suspended) end)
+    {:reply, :ok, state}
+  end
+
+  def handle_call({:max_connections, max}, _from, state) do
+    Enum.each(state.endpoints, fn {_, ep} -> Native.endpoint_set_max_connections(ep, max) end)
+    {:reply, :ok, %{state | config: %{state.config | max_connections: max}}}
+  end
+
   def handle_call({:ban, ip, duration}, _from, state),
     do: {:reply, each_endpoint(state, &Native.endpoint_ban(&1, ip, duration)), state}
 
@@ -490,7 +537,7 @@ defmodule RakNet.Server.Listener do
   def terminate(_reason, state) do
     for {_, endpoint} <- state.endpoints, do: Native.endpoint_stop(endpoint)
 
-    deadline = System.monotonic_time(:millisecond) + @stop_wait
+    deadline = System.monotonic_time(:millisecond) + Map.get(state, :stop_wait, @stop_wait)
 
     for {_, endpoint} <- state.endpoints do
       wait = max(deadline - System.monotonic_time(:millisecond), 0)

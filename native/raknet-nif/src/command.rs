@@ -45,6 +45,9 @@ pub(crate) enum Command {
         owner: LocalPid,
     },
     SetPong(Bytes),
+    /// Stop or resume accepting new connections.
+    SetSuspended(bool),
+    SetMaxConnections(usize),
     Ping {
         addr: SocketAddr,
         owner: LocalPid,

@@ -305,6 +305,8 @@ impl Driver {
                 }
             }
             Command::SetOwner { key, pid } => self.set_owner(key, pid),
+            Command::SetSuspended(suspended) => self.endpoint.set_suspended(suspended),
+            Command::SetMaxConnections(max) => self.endpoint.set_max_connections(max),
             Command::Resume { key } => {
                 if let Some(&id) = self.keys.get(&key) {
                     self.endpoint.set_receive_paused(now, id, false);

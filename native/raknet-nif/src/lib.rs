@@ -353,6 +353,20 @@ fn endpoint_banned(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Ter
     }
 }
 
+/// Stop (`true`) or resume (`false`) accepting new connections; current ones carry on.
+#[rustler::nif]
+fn endpoint_set_suspended(endpoint: ResourceArc<EndpointResource>, suspended: bool) -> Atom {
+    let _ = endpoint.tx.send(Command::SetSuspended(suspended));
+    atoms::ok()
+}
+
+/// Change the endpoint's connection limit; a lower one closes nobody.
+#[rustler::nif]
+fn endpoint_set_max_connections(endpoint: ResourceArc<EndpointResource>, max: usize) -> Atom {
+    let _ = endpoint.tx.send(Command::SetMaxConnections(max));
+    atoms::ok()
+}
+
 #[rustler::nif]
 fn endpoint_stop(endpoint: ResourceArc<EndpointResource>) -> Atom {
     let _ = endpoint.tx.send(Command::Stop);

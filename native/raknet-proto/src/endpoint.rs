@@ -236,6 +236,8 @@ pub struct Endpoint {
     stats: EndpointStats,
     /// Bytes of peer data all connections buffer (reassembly and ordering holds).
     buffered: Arc<AtomicUsize>,
+    /// Not accepting new connections for now ([`Endpoint::set_suspended`]).
+    suspended: bool,
 }
 
 impl Endpoint {
@@ -267,6 +269,7 @@ impl Endpoint {
             pong_budget: TokenBucket::full(pong_bytes, 0),
             bans: Bans::default(),
             stats: EndpointStats::default(),
+            suspended: false,
             buffered: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -355,6 +358,19 @@ impl Endpoint {
     }
 
     // ---- application commands ------------------------------------------------------
+
+    /// Stop (`true`) or resume (`false`) accepting new connections; current ones carry on.
+    /// While suspended, connection attempts are refused with "no free incoming connections"
+    /// and pings are still answered (a server list still shows the server).
+    pub fn set_suspended(&mut self, suspended: bool) {
+        self.suspended = suspended;
+    }
+
+    /// Change the most connections this endpoint holds ([`crate::Limits::max_connections`]); a
+    /// lower value refuses new connections until enough current ones end; it closes none.
+    pub fn set_max_connections(&mut self, max: usize) {
+        Arc::make_mut(&mut self.config).limits.max_connections = max;
+    }
 
     /// Replace the unconnected pong payload (a Bedrock MOTD, say), effective at once.
     /// Longer than [`MAX_OFFLINE_PING_RESPONSE`] (one datagram) is refused with
@@ -589,7 +605,10 @@ impl Endpoint {
         }
         let Step::Establish(acc) = step else { return };
         self.handshake.remove(from);
-        if self.live >= self.config.limits.max_connections || self.by_guid.contains_key(&acc.guid) {
+        if self.suspended
+            || self.live >= self.config.limits.max_connections
+            || self.by_guid.contains_key(&acc.guid)
+        {
             self.stats.refused_full_late += 1;
             return;
         }
@@ -612,7 +631,9 @@ impl Endpoint {
     }
 
     fn has_free_slot(&self) -> bool {
-        self.config.accept_incoming && self.live < self.config.limits.max_connections
+        self.config.accept_incoming
+            && !self.suspended
+            && self.live < self.config.limits.max_connections
     }
 
     fn on_ping(&mut self, now_ms: u64, from: SocketAddr, ping: UnconnectedPing, len: usize) {

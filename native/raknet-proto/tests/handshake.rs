@@ -179,6 +179,56 @@ fn handshake_refused_when_full() {
     );
 }
 
+/// Try connecting a fresh client from `port` to the pair's server: `None` on success, else
+/// why it failed.
+fn connect_another(p: &mut Pair, port: u16) -> Option<ConnectError> {
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // Its own seed: a GUID of its own (the server refuses a GUID it already has).
+    let config = EndpointConfig {
+        rng_seed: u64::from(port),
+        ..cfg()
+    };
+    p.client = Endpoint::new(config, addr, p.now);
+    p.client_addr = addr;
+    p.client_events.clear();
+    p.client.connect(p.now, p.server_addr).unwrap();
+    p.drive_until(Duration::from_secs(10), |p| {
+        p.client_events
+            .iter()
+            .any(|e| matches!(e, Event::Connected { .. } | Event::Disconnected { .. }))
+    });
+    failure(&p.client_events)
+}
+
+#[test]
+fn a_suspended_server_keeps_its_players_answers_pings_and_refuses_newcomers() {
+    let mut p = Pair::new(8, cfg(), cfg(), LinkConfig::default());
+    let (c, s) = p.connect();
+    p.server.set_suspended(true);
+    assert_eq!(
+        connect_another(&mut p, 40001),
+        Some(ConnectError::NoFreeIncomingConnections)
+    );
+    p.client.ping(p.now, p.server_addr);
+    assert!(p.drive_until(Duration::from_secs(1), |p| p
+        .client_events
+        .iter()
+        .any(|e| matches!(e, Event::Pong { .. }))));
+    assert!(p.server.is_connected(s), "the first player stays");
+    let _ = c;
+
+    p.server.set_suspended(false);
+    assert_eq!(connect_another(&mut p, 40002), None);
+
+    // Two players now; a limit of two refuses a third and closes no one.
+    p.server.set_max_connections(2);
+    assert_eq!(
+        connect_another(&mut p, 40003),
+        Some(ConnectError::NoFreeIncomingConnections)
+    );
+    assert_eq!(p.server.stats().connections, 2);
+}
+
 #[test]
 fn handshake_refused_when_banned() {
     let mut p = Pair::new(7, cfg(), cfg(), LinkConfig::default());
