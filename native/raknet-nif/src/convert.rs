@@ -233,6 +233,8 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("malformed", s.malformed),
         ("refused_over_limit", s.refused_over_limit),
         ("garbage_datagrams", s.garbage_datagrams),
+        ("reused_datagram_numbers", s.reused_datagram_numbers),
+        ("far_behind_datagrams", s.far_behind_datagrams),
         ("ack_numbers_ignored", s.ack_numbers_ignored),
         ("unknown_internal", s.unknown_internal),
         ("send_queue_bytes", s.send_queue_bytes as u64),

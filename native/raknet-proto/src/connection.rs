@@ -30,7 +30,7 @@ use crate::message::{
 use crate::recv::ordering::{Channel, Outcome};
 use crate::recv::reassembly::{Reassembly, Refusal};
 use crate::recv::reliable::{Check, ReliableWindow};
-use crate::recv::window::{AckRepeats, Arrival, DatagramWindow, PendingRanges};
+use crate::recv::window::{fingerprint, AckRepeats, Arrival, DatagramWindow, PendingRanges};
 use crate::reliability::Reliability;
 use crate::rtt::RttEstimator;
 use crate::send::flight::{Flight, ReceiptOutcome, Sent};
@@ -606,7 +606,7 @@ impl Connection {
     }
 
     fn handle_data(&mut self, now: Instant, header: DataHeader, body: Bytes) {
-        match self.window.on_datagram(header.seq) {
+        match self.window.on_datagram(header.seq, fingerprint(&body)) {
             Arrival::Garbage => {
                 self.stats.garbage_datagrams += 1;
                 return;
@@ -623,6 +623,8 @@ impl Connection {
                 // A datagram that was only reordered withdraws its pending NAK.
                 self.naks.remove(header.seq);
             }
+            Arrival::Reused => self.stats.reused_datagram_numbers += 1,
+            Arrival::FarBehind => self.stats.far_behind_datagrams += 1,
         }
         if header.timestamp.is_some() {
             self.ack_timestamp = header.timestamp;

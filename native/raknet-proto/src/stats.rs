@@ -46,6 +46,12 @@ pub struct ConnectionStats {
     pub refused_over_limit: u64,
     /// Datagrams ignored as implausibly far ahead.
     pub garbage_datagrams: u64,
+    /// Datagrams whose number had been seen recently with other content, processed: the
+    /// peer numbers anew (rak-rs restarts at 1 after the handshake). Copies are duplicates.
+    pub reused_datagram_numbers: u64,
+    /// Datagrams further behind the highest number than duplicate detection reaches,
+    /// processed (reliable frames are still deduplicated by message index).
+    pub far_behind_datagrams: u64,
     /// ACK/NAK numbers ignored beyond `max_ack_numbers`.
     pub ack_numbers_ignored: u64,
     /// Messages with an internal ID we do not handle, dropped.
