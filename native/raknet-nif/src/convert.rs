@@ -236,6 +236,7 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("reused_datagram_numbers", s.reused_datagram_numbers),
         ("far_behind_datagrams", s.far_behind_datagrams),
         ("ack_numbers_ignored", s.ack_numbers_ignored),
+        ("naks_ignored", s.naks_ignored),
         ("unknown_internal", s.unknown_internal),
         ("send_queue_bytes", s.send_queue_bytes as u64),
         ("bytes_in_flight", s.bytes_in_flight as u64),

@@ -343,6 +343,7 @@ impl Connection {
         s.cwnd = self.cc.window();
         s.resends = self.flight.counters.resends;
         s.naks_received = self.flight.counters.naks_received;
+        s.naks_ignored = self.flight.counters.naks_ignored;
         s.datagrams_lost = self.flight.counters.lost_datagrams;
         s.send_queue_frames = self.queue.len();
         s.send_queue_bytes = self.queue.bytes;
@@ -573,8 +574,12 @@ impl Connection {
                 self.check_closing_done();
             }
             Ok(Datagram::Nak(nak)) => {
+                // A genuine NAK takes about a round trip; half the smallest one seen leaves
+                // room for a NAK sent sooner than the ACKs that made the samples.
+                let min_age = self.rtt.min() / 2;
                 self.walk_ranges(&nak.ranges, |c, seq| {
-                    c.flight.on_nak(seq, c.cc.as_mut(), &mut c.receipts_out)
+                    c.flight
+                        .on_nak(seq, now, min_age, c.cc.as_mut(), &mut c.receipts_out)
                 });
                 self.flush_receipts();
             }
@@ -582,21 +587,24 @@ impl Connection {
         }
     }
 
-    /// Visit the numbers in `ranges`, at most `max_ack_numbers` in all.
+    /// Visit the numbers in `ranges` that we keep a record of (sent and not long resolved),
+    /// at most `max_ack_numbers` in all; the others are counted as ignored. The cost is
+    /// bounded by what is in flight, not by the width of the ranges.
     fn walk_ranges(&mut self, ranges: &[AckRange], mut f: impl FnMut(&mut Self, DatagramSeq)) {
         let mut budget = self.config.limits.max_ack_numbers;
         for r in ranges {
-            let n = r.len();
-            if n > budget {
-                self.stats.ack_numbers_ignored += u64::from(n - budget);
-                budget = 0;
+            let mut walked = 0;
+            for (first, count) in self.flight.known_runs(*r).into_iter().flatten() {
+                let n = count.min(budget);
+                let mut seq = first;
+                for _ in 0..n {
+                    f(self, seq);
+                    seq = seq.next();
+                }
+                budget -= n;
+                walked += n;
             }
-            let mut seq = r.start;
-            for _ in 0..n.min(budget) {
-                f(self, seq);
-                seq = seq.next();
-            }
-            budget = budget.saturating_sub(n);
+            self.stats.ack_numbers_ignored += u64::from(r.len() - walked);
         }
     }
 

@@ -52,8 +52,12 @@ pub struct ConnectionStats {
     /// Datagrams further behind the highest number than duplicate detection reaches,
     /// processed (reliable frames are still deduplicated by message index).
     pub far_behind_datagrams: u64,
-    /// ACK/NAK numbers ignored beyond `max_ack_numbers`.
+    /// ACK/NAK numbers not walked: numbers we never sent (or resolved long ago), and any
+    /// beyond `max_ack_numbers` per ACK/NAK.
     pub ack_numbers_ignored: u64,
+    /// NAKs ignored because the datagram was sent less than half the smallest round trip
+    /// ago (no genuine NAK comes back that soon); the datagram stays in flight.
+    pub naks_ignored: u64,
     /// Messages with an internal ID we do not handle, dropped.
     pub unknown_internal: u64,
     /// Frames queued for sending.
