@@ -299,7 +299,10 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("refused_paused", s.refused_paused),
         ("dropped_paused", s.dropped_paused),
         ("garbage_datagrams", s.garbage_datagrams),
+        ("reused_datagram_numbers", s.reused_datagram_numbers),
+        ("far_behind_datagrams", s.far_behind_datagrams),
         ("ack_numbers_ignored", s.ack_numbers_ignored),
+        ("naks_ignored", s.naks_ignored),
         ("unknown_internal", s.unknown_internal),
         ("send_queue_bytes", s.send_queue_bytes as u64),
         ("bytes_in_flight", s.bytes_in_flight as u64),
@@ -308,7 +311,6 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("held_bytes", s.held_bytes as u64),
         ("splits_expired", s.splits_expired),
         ("pongs_dropped", s.pongs_dropped),
-        ("naks_ignored", s.naks_ignored),
         ("backoff", s.backoff as u64),
         ("deliveries_dropped", dropped),
     ];

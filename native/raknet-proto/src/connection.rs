@@ -30,7 +30,7 @@ use crate::message::{
 use crate::recv::ordering::{Channel, Holdable, Outcome};
 use crate::recv::reassembly::{Reassembly, Refusal};
 use crate::recv::reliable::{Check, ReliableWindow};
-use crate::recv::window::{AckRepeats, Arrival, DatagramWindow, PendingRanges};
+use crate::recv::window::{fingerprint, AckRepeats, Arrival, DatagramWindow, PendingRanges};
 use crate::reliability::Reliability;
 use crate::rtt::RttEstimator;
 use crate::send::flight::{Flight, ReceiptOutcome, Sent};
@@ -499,6 +499,7 @@ impl Connection {
         s.resends = self.flight.counters.resends;
         s.naks_received = self.flight.counters.naks_received;
         s.backoff = self.backoff;
+        s.naks_ignored += self.flight.counters.naks_ignored;
         s.datagrams_lost = self.flight.counters.lost_datagrams;
         s.send_queue_frames = self.queue.len();
         s.send_queue_bytes = self.queue.bytes;
@@ -758,6 +759,9 @@ impl Connection {
                     left = per_rtt.max(MIN_NAKS_PER_RTT);
                     until = now + self.rtt.srtt().max(Duration::from_millis(10));
                 }
+                // A genuine NAK takes about a round trip; half the smallest one seen leaves
+                // room for a NAK sent sooner than the ACKs that made the samples.
+                let min_age = self.rtt.min() / 2;
                 let mut ignored = 0;
                 self.walk_ranges(&nak.ranges, |c, seq| {
                     if left == 0 {
@@ -765,7 +769,8 @@ impl Connection {
                         return;
                     }
                     let n = c.flight.counters.naks_received;
-                    c.flight.on_nak(seq, c.cc.as_mut(), &mut c.receipts_out);
+                    c.flight
+                        .on_nak(seq, now, min_age, c.cc.as_mut(), &mut c.receipts_out);
                     if c.flight.counters.naks_received > n {
                         left -= 1;
                     }
@@ -784,21 +789,24 @@ impl Connection {
         }
     }
 
-    /// Visit the numbers in `ranges`, at most `max_ack_numbers` in all.
+    /// Visit the numbers in `ranges` that we keep a record of (sent and not long resolved),
+    /// at most `max_ack_numbers` in all; the others are counted as ignored. The cost is
+    /// bounded by what is in flight, not by the width of the ranges.
     fn walk_ranges(&mut self, ranges: &[AckRange], mut f: impl FnMut(&mut Self, DatagramSeq)) {
         let mut budget = self.config.limits.max_ack_numbers;
         for r in ranges {
-            let n = r.len();
-            if n > budget {
-                self.stats.ack_numbers_ignored += u64::from(n - budget);
-                budget = 0;
+            let mut walked = 0;
+            for (first, count) in self.flight.known_runs(*r).into_iter().flatten() {
+                let n = count.min(budget);
+                let mut seq = first;
+                for _ in 0..n {
+                    f(self, seq);
+                    seq = seq.next();
+                }
+                budget -= n;
+                walked += n;
             }
-            let mut seq = r.start;
-            for _ in 0..n.min(budget) {
-                f(self, seq);
-                seq = seq.next();
-            }
-            budget = budget.saturating_sub(n);
+            self.stats.ack_numbers_ignored += u64::from(r.len() - walked);
         }
     }
 
@@ -808,7 +816,7 @@ impl Connection {
     }
 
     fn handle_data(&mut self, now: Instant, header: DataHeader, body: Bytes) {
-        match self.window.on_datagram(header.seq) {
+        match self.window.on_datagram(header.seq, fingerprint(&body)) {
             Arrival::Garbage => {
                 self.stats.garbage_datagrams += 1;
                 return;
@@ -825,6 +833,8 @@ impl Connection {
                 // A datagram that was only reordered withdraws its pending NAK.
                 self.naks.remove(header.seq);
             }
+            Arrival::Reused => self.stats.reused_datagram_numbers += 1,
+            Arrival::FarBehind => self.stats.far_behind_datagrams += 1,
         }
         if header.timestamp.is_some() {
             self.ack_timestamp = header.timestamp;

@@ -30,7 +30,9 @@ pub struct ConnectionStats {
     pub resends: u64,
     /// NAKed datagrams reported by the peer.
     pub naks_received: u64,
-    /// NAKed numbers ignored because more than an RTT's worth arrived in one RTT.
+    /// NAKed numbers ignored: more than an RTT's worth arrived in one RTT, or the datagram
+    /// was sent less than half the smallest round trip ago (no genuine NAK comes back that
+    /// soon; it stays in flight).
     pub naks_ignored: u64,
     /// Current RTO doublings (non-zero only while the peer never acknowledged anything).
     pub backoff: u32,
@@ -55,7 +57,14 @@ pub struct ConnectionStats {
     pub dropped_paused: u64,
     /// Datagrams ignored as implausibly far ahead.
     pub garbage_datagrams: u64,
-    /// ACK/NAK numbers ignored beyond `max_ack_numbers`.
+    /// Datagrams whose number had been seen recently with other content, processed: the
+    /// peer numbers anew (rak-rs restarts at 1 after the handshake). Copies are duplicates.
+    pub reused_datagram_numbers: u64,
+    /// Datagrams further behind the highest number than duplicate detection reaches,
+    /// processed (reliable frames are still deduplicated by message index).
+    pub far_behind_datagrams: u64,
+    /// ACK/NAK numbers not walked: numbers we never sent (or resolved long ago), and any
+    /// beyond `max_ack_numbers` per ACK/NAK.
     pub ack_numbers_ignored: u64,
     /// Messages with an internal ID we do not handle, dropped.
     pub unknown_internal: u64,

@@ -9,6 +9,10 @@ use crate::seq::DatagramSeq;
 
 /// Datagram numbers remembered for duplicate detection, behind the highest received.
 const HISTORY: u32 = 1024;
+/// Datagram numbers, behind and including the highest, whose content fingerprint is kept: a
+/// repeated number with other content is a new datagram (a peer that restarted its
+/// numbering), not a copy.
+const FINGERPRINTED: u32 = 64;
 /// Most numbers NAKed for one gap (official 1000).
 const MAX_NAK_PER_GAP: u32 = 1000;
 
@@ -17,10 +21,35 @@ const MAX_NAK_PER_GAP: u32 = 1000;
 pub(crate) enum Arrival {
     /// New: process it. `missing` are the numbers skipped before it, to NAK.
     New { missing: Option<AckRange> },
-    /// Seen before (or too old to tell): acknowledge again, do not process.
+    /// A number seen recently, but with other content: the peer numbers datagrams anew
+    /// (rak-rs restarts at 1 after the handshake). Process it, as official RakNet does.
+    Reused,
+    /// Further behind the highest number than the history reaches: process it, as official
+    /// RakNet does with every older number. Its reliable frames are still deduplicated by
+    /// message index; dropping it instead would let one forged far-ahead datagram make the
+    /// real peer's data vanish (acknowledged, never delivered).
+    FarBehind,
+    /// Seen before, same content: acknowledge again, do not process.
     Duplicate,
     /// Implausibly far ahead: ignore entirely.
     Garbage,
+}
+
+/// A cheap fingerprint of a datagram's content, to tell a copy from a new datagram that
+/// reuses a number. Not cryptographic: a forger can send any content under any number anyway.
+pub(crate) fn fingerprint(bytes: &[u8]) -> u32 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let mut b = [0; 8];
+        b.copy_from_slice(w);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+    }
+    for &b in words.remainder() {
+        h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+    }
+    (h >> 32) as u32
 }
 
 /// Tracks which datagram numbers arrived, over a window behind the highest one.
@@ -28,6 +57,8 @@ pub(crate) enum Arrival {
 pub(crate) struct DatagramWindow {
     highest: DatagramSeq,
     bits: [u64; (HISTORY / 64) as usize],
+    /// Fingerprints of the last [`FINGERPRINTED`] numbers, by number modulo its length.
+    prints: [u32; FINGERPRINTED as usize],
     max_gap: u32,
 }
 
@@ -44,6 +75,7 @@ impl DatagramWindow {
         let mut w = Self {
             highest: first.wrapping_sub(1),
             bits: [0; (HISTORY / 64) as usize],
+            prints: [0; FINGERPRINTED as usize],
             max_gap,
         };
         w.set(w.highest);
@@ -70,8 +102,13 @@ impl DatagramWindow {
         self.bits[w] &= !b;
     }
 
-    /// Classify `seq` and record it if it is new.
-    pub(crate) fn on_datagram(&mut self, seq: DatagramSeq) -> Arrival {
+    fn print_slot(seq: DatagramSeq) -> usize {
+        (seq.get() % FINGERPRINTED) as usize
+    }
+
+    /// Classify `seq`, whose content has fingerprint `print` ([`fingerprint`]), and record it
+    /// if it is new.
+    pub(crate) fn on_datagram(&mut self, seq: DatagramSeq, print: u32) -> Arrival {
         if seq.is_after(self.highest) {
             let d = seq.distance_from(self.highest);
             if d > self.max_gap {
@@ -88,6 +125,7 @@ impl DatagramWindow {
             }
             self.clear(seq);
             self.set(seq);
+            self.prints[Self::print_slot(seq)] = print;
             let missing = (d > 1).then(|| {
                 let end = seq.wrapping_sub(1);
                 let start = end.wrapping_sub(d.min(MAX_NAK_PER_GAP + 1) - 2);
@@ -95,11 +133,26 @@ impl DatagramWindow {
             });
             self.highest = seq;
             Arrival::New { missing }
-        } else if self.highest.distance_from(seq) >= HISTORY || self.get(seq) {
-            Arrival::Duplicate
         } else {
-            self.set(seq);
-            Arrival::New { missing: None }
+            let behind = self.highest.distance_from(seq);
+            // Only numbers this close have their fingerprint in the ring: later numbers that
+            // share its slot are still ahead of the highest.
+            let printed = behind < FINGERPRINTED;
+            let slot = Self::print_slot(seq);
+            if behind >= HISTORY {
+                Arrival::FarBehind
+            } else if !self.get(seq) {
+                self.set(seq);
+                if printed {
+                    self.prints[slot] = print;
+                }
+                Arrival::New { missing: None }
+            } else if printed && self.prints[slot] != print {
+                self.prints[slot] = print;
+                Arrival::Reused
+            } else {
+                Arrival::Duplicate
+            }
         }
     }
 }
@@ -280,14 +333,21 @@ mod tests {
         DatagramSeq::new(n)
     }
 
+    impl DatagramWindow {
+        /// A datagram whose content is told by its number (copies are identical).
+        fn on(&mut self, seq: DatagramSeq) -> Arrival {
+            self.on_datagram(seq, seq.get())
+        }
+    }
+
     #[test]
     fn in_order_duplicates_and_gaps() {
         let mut w = DatagramWindow::new(50_000);
-        assert_eq!(w.on_datagram(s(0)), Arrival::New { missing: None });
-        assert_eq!(w.on_datagram(s(1)), Arrival::New { missing: None });
-        assert_eq!(w.on_datagram(s(1)), Arrival::Duplicate);
+        assert_eq!(w.on(s(0)), Arrival::New { missing: None });
+        assert_eq!(w.on(s(1)), Arrival::New { missing: None });
+        assert_eq!(w.on(s(1)), Arrival::Duplicate);
         assert_eq!(
-            w.on_datagram(s(4)),
+            w.on(s(4)),
             Arrival::New {
                 missing: Some(AckRange {
                     start: s(2),
@@ -296,19 +356,58 @@ mod tests {
             }
         );
         assert_eq!(
-            w.on_datagram(s(3)),
+            w.on(s(3)),
             Arrival::New { missing: None },
             "late arrival is new"
         );
-        assert_eq!(w.on_datagram(s(3)), Arrival::Duplicate);
-        assert_eq!(w.on_datagram(s(60_000)), Arrival::Garbage);
+        assert_eq!(w.on(s(3)), Arrival::Duplicate);
+        assert_eq!(w.on(s(60_000)), Arrival::Garbage);
+    }
+
+    #[test]
+    fn a_reused_number_with_other_content_is_new_and_a_copy_is_not() {
+        let mut w = DatagramWindow::new(50_000);
+        // A peer that numbered its handshake 1, 2 and starts again at 1 (rak-rs).
+        for n in [1, 2] {
+            assert!(matches!(w.on_datagram(s(n), 100 + n), Arrival::New { .. }));
+        }
+        assert_eq!(w.on_datagram(s(1), 7), Arrival::Reused);
+        assert_eq!(w.on_datagram(s(1), 7), Arrival::Duplicate, "a copy of it");
+        assert_eq!(w.on_datagram(s(2), 102), Arrival::Duplicate, "a copy");
+        assert_eq!(w.on_datagram(s(2), 8), Arrival::Reused);
+        assert_eq!(w.on_datagram(s(3), 9), Arrival::New { missing: None });
+        // Beyond the fingerprinted numbers a seen number is a duplicate, as before.
+        assert!(matches!(w.on_datagram(s(100), 0), Arrival::New { .. }));
+        assert_eq!(w.on_datagram(s(3), 10), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn far_behind_datagrams_are_processed() {
+        let mut w = DatagramWindow::new(50_000);
+        assert!(matches!(w.on(s(0)), Arrival::New { .. }));
+        // One datagram far ahead (forged, say) must not make the real ones vanish.
+        assert!(matches!(w.on(s(50_000)), Arrival::New { .. }));
+        for n in 1..10 {
+            assert_eq!(w.on(s(n)), Arrival::FarBehind);
+        }
+        assert_eq!(w.on(s(50_000 - 5)), Arrival::New { missing: None });
+        assert_eq!(w.on(s(50_000 - 5)), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn fingerprints_tell_content_apart() {
+        let a = fingerprint(b"\x40\x00\x28\x87\x00\x01\x02\x03");
+        assert_eq!(a, fingerprint(b"\x40\x00\x28\x87\x00\x01\x02\x03"));
+        assert_ne!(a, fingerprint(b"\x40\x00\x28\x87\x01\x01\x02\x03"));
+        assert_ne!(a, fingerprint(b"\x40\x00\x28\x87\x00\x01\x02\x03\x00"));
+        assert_ne!(fingerprint(b""), fingerprint(b"\x00"));
     }
 
     #[test]
     fn first_datagram_after_a_gap_naks_from_zero() {
         let mut w = DatagramWindow::new(50_000);
         assert_eq!(
-            w.on_datagram(s(2)),
+            w.on(s(2)),
             Arrival::New {
                 missing: Some(AckRange {
                     start: s(0),
@@ -323,24 +422,24 @@ mod tests {
         let mut w = DatagramWindow::new(50_000);
         let mut seq = s(0);
         for _ in 0..5 {
-            assert!(matches!(w.on_datagram(seq), Arrival::New { .. }));
+            assert!(matches!(w.on(seq), Arrival::New { .. }));
             seq = seq.next();
         }
         let mut w = DatagramWindow::new(50_000);
         // Walk up to just below the wrap in gaps the window accepts.
         let mut n = 0;
         while n < 0x00ff_fff0 {
-            assert!(matches!(w.on_datagram(s(n)), Arrival::New { .. }));
+            assert!(matches!(w.on(s(n)), Arrival::New { .. }));
             n = (n + 40_000).min(0x00ff_fff0);
         }
-        assert!(matches!(w.on_datagram(s(0x00ff_fff0)), Arrival::New { .. }));
+        assert!(matches!(w.on(s(0x00ff_fff0)), Arrival::New { .. }));
         for n in 0x00ff_fff1..=0x00ff_ffff {
-            assert_eq!(w.on_datagram(s(n)), Arrival::New { missing: None });
+            assert_eq!(w.on(s(n)), Arrival::New { missing: None });
         }
-        assert_eq!(w.on_datagram(s(0)), Arrival::New { missing: None });
-        assert_eq!(w.on_datagram(s(0x00ff_fffe)), Arrival::Duplicate);
+        assert_eq!(w.on(s(0)), Arrival::New { missing: None });
+        assert_eq!(w.on(s(0x00ff_fffe)), Arrival::Duplicate);
         assert_eq!(
-            w.on_datagram(s(3)),
+            w.on(s(3)),
             Arrival::New {
                 missing: Some(AckRange {
                     start: s(1),
@@ -353,7 +452,7 @@ mod tests {
     #[test]
     fn naks_per_gap_are_capped() {
         let mut w = DatagramWindow::new(50_000);
-        let Arrival::New { missing: Some(r) } = w.on_datagram(s(20_000)) else {
+        let Arrival::New { missing: Some(r) } = w.on(s(20_000)) else {
             panic!()
         };
         assert_eq!(r.len(), MAX_NAK_PER_GAP);

@@ -9,10 +9,11 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::congestion::{CongestionEvent, Controller};
+use crate::datagram::AckRange;
 use crate::frame::Frame;
 use crate::rtt::RttEstimator;
 use crate::send::queue::ReceiptId;
-use crate::seq::{DatagramSeq, MessageIndex};
+use crate::seq::{DatagramSeq, MessageIndex, U24_MODULUS};
 
 /// Most datagram records kept; older unresolved ones are declared lost early.
 const MAX_RECORDS: usize = 1 << 16;
@@ -65,6 +66,8 @@ pub(crate) struct FlightCounters {
     pub(crate) acked_datagrams: u64,
     pub(crate) lost_datagrams: u64,
     pub(crate) naks_received: u64,
+    /// NAKs of datagrams sent too recently for a genuine NAK to have come back.
+    pub(crate) naks_ignored: u64,
     pub(crate) resends: u64,
 }
 
@@ -180,6 +183,30 @@ impl Flight {
         });
     }
 
+    /// The numbers of `range` this flight keeps a record of, as at most two runs
+    /// `(first, count)` (two when the range wraps past 2^24 back into the records). An ACK or
+    /// NAK walks only these: its cost is bounded by what is in flight, not by its width.
+    pub(crate) fn known_runs(&self, range: AckRange) -> [Option<(DatagramSeq, u32)>; 2] {
+        let Some(first) = self.records.front().map(|r| r.seq) else {
+            return [None, None];
+        };
+        let kept = self.records.len() as u64;
+        let n = u64::from(range.len());
+        let offset = u64::from(range.start.distance_from(first));
+        // The run [a, b) of offsets from `first`, clipped to the records.
+        let clip = |a: u64, b: u64| {
+            let (a, b) = (a.min(kept), b.min(kept));
+            (a < b).then(|| (first.wrapping_add(a as u32), (b - a) as u32))
+        };
+        let modulus = u64::from(U24_MODULUS);
+        [
+            clip(offset, offset + n),
+            (offset + n > modulus)
+                .then(|| clip(0, offset + n - modulus))
+                .flatten(),
+        ]
+    }
+
     fn record_index(&self, seq: DatagramSeq) -> Option<usize> {
         let first = self.records.front()?.seq;
         let i = seq.distance_from(first) as usize;
@@ -232,18 +259,30 @@ impl Flight {
         }
     }
 
-    /// Handle a NAK of datagram `seq`: its reliable frames are resent at once.
+    /// Handle a NAK of datagram `seq`: its reliable frames are resent at once, unless it was
+    /// sent less than `min_age` ago. A genuine NAK cannot come back sooner than about a
+    /// round trip, so a younger one is forged or confused; it is ignored (and counted), and
+    /// the datagram stays in flight for its ACK or RTO. Since every resend travels in a
+    /// new, young datagram, a NAK storm resends each frame at most once per `min_age`.
     pub(crate) fn on_nak(
         &mut self,
         seq: DatagramSeq,
+        now: Instant,
+        min_age: Duration,
         cc: &mut dyn Controller,
         out: &mut Vec<ReceiptOutcome>,
     ) {
-        if let Some(i) = self.record_index(seq) {
-            self.counters.naks_received += 1;
-            self.lose(i, cc, CongestionEvent::Nak, out);
-            self.pop_resolved();
+        let Some(i) = self.record_index(seq) else {
+            return;
+        };
+        self.counters.naks_received += 1;
+        let r = &self.records[i];
+        if !r.resolved && now.saturating_duration_since(r.sent_at) < min_age {
+            self.counters.naks_ignored += 1;
+            return;
         }
+        self.lose(i, cc, CongestionEvent::Nak, out);
+        self.pop_resolved();
     }
 
     fn lose(
@@ -447,7 +486,7 @@ mod tests {
             vec![ReceiptId(9)],
         ));
         f.on_sent(sent(1, t, vec![(reliable(1), None)], vec![], vec![]));
-        f.on_nak(DatagramSeq::new(0), &mut cc, &mut out);
+        f.on_nak(DatagramSeq::new(0), t, Duration::ZERO, &mut cc, &mut out);
         assert_eq!(out, [ReceiptOutcome::Lost(ReceiptId(9))]);
         assert_eq!(
             f.peek_resend().map(|fr| fr.message_index),
@@ -486,6 +525,39 @@ mod tests {
     }
 
     #[test]
+    fn ack_ranges_are_clipped_to_the_records() {
+        let t = Instant::now();
+        let mut f = Flight::default();
+        let r = |a: u32, b: u32| AckRange {
+            start: DatagramSeq::new(a),
+            end: DatagramSeq::new(b),
+        };
+        assert_eq!(f.known_runs(r(0, 8191)), [None, None], "nothing sent");
+        let top = DatagramSeq::MAX.get();
+        for i in 0..10 {
+            let seq = (top - 4 + i) % U24_MODULUS;
+            f.on_sent(sent(seq, t, vec![], vec![], vec![]));
+        }
+        let d = DatagramSeq::new;
+        // Records: top-4 ..= top, 0 ..= 4.
+        assert_eq!(f.known_runs(r(0, 8191)), [Some((d(0), 5)), None]);
+        assert_eq!(f.known_runs(r(top - 1, 1)), [Some((d(top - 1), 4)), None]);
+        assert_eq!(f.known_runs(r(100, 200)), [None, None]);
+        assert_eq!(f.known_runs(r(top - 100, top - 50)), [None, None]);
+        assert_eq!(
+            f.known_runs(r(top - 2, top - 2)),
+            [Some((d(top - 2), 1)), None]
+        );
+        // All 2^24 numbers, starting inside the records: the tail, then the head.
+        assert_eq!(
+            f.known_runs(r(2, 1)),
+            [Some((d(2), 3)), Some((d(top - 4), 7))]
+        );
+        // All 2^24 numbers, starting after them: the wrap brings the range back.
+        assert_eq!(f.known_runs(r(10, 9)), [None, Some((d(top - 4), 10))]);
+    }
+
+    #[test]
     fn timers_start_after_the_lost_records_kept_for_late_acks() {
         let t = Instant::now();
         let rto = Duration::from_millis(100);
@@ -500,7 +572,7 @@ mod tests {
         }
         // 0-3 are lost and kept (their frames may still be ACKed late); 5 is ACKed out of order.
         for i in 0..4 {
-            f.on_nak(DatagramSeq::new(i), &mut cc, &mut out);
+            f.on_nak(DatagramSeq::new(i), t, Duration::ZERO, &mut cc, &mut out);
         }
         f.on_ack(DatagramSeq::new(5), t, &mut rtt, &mut cc, &mut out);
         assert_eq!(f.records(), 10);
