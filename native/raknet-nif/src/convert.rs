@@ -109,6 +109,10 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             // Optional: the engine's default unless given.
             max_endpoint_buffered_bytes: get::<usize>(map, "max_buffered_bytes")
                 .unwrap_or(Limits::default().max_endpoint_buffered_bytes),
+            // Tests only: fewer frames in flight towards a peer with a small receive buffer.
+            max_reliable_in_flight: get::<usize>(map, "max_reliable_in_flight")
+                .unwrap_or(Limits::default().max_reliable_in_flight)
+                .max(1),
             ..Limits::default()
         },
         admission: admission(map)?,
