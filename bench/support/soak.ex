@@ -143,6 +143,10 @@ defmodule Bench.Soak do
         ip: "127.0.0.1",
         open_ipv6_socket: false,
         max_connections: max(connections * 2, 1024),
+        # Every connection comes through the relay, from one address: the per-IP admission
+        # limits (128 connections, 64 handshakes at once) would refuse most of them.
+        max_connections_per_ip: max(connections * 2, 1024),
+        max_half_open_per_ip: 4096,
         client_data: conns
       )
 

@@ -317,11 +317,21 @@ impl Flight {
         }
     }
 
-    /// Drop resolved records from the front: acknowledged ones at once, lost ones once
-    /// more than [`KEEP_LOST`] records are kept.
+    /// Drop resolved records from the front: acknowledged ones at once, lost ones once none
+    /// of their reliable frames is still unacknowledged (a late ACK of them would free
+    /// nothing), or once more than [`KEEP_LOST`] records are kept.
+    ///
+    /// A lost record whose frames were all acknowledged through their resends must go too:
+    /// kept, it held every record behind it until [`KEEP_LOST`] piled up, about 100 KB per
+    /// connection under steady loss (issue #12).
     fn pop_resolved(&mut self) {
         while let Some(r) = self.records.front() {
-            if !r.resolved || (!r.reliable.is_empty() && self.records.len() <= KEEP_LOST) {
+            let awaits_late_ack = || {
+                r.reliable
+                    .iter()
+                    .any(|i| self.frames.contains_key(&i.get()))
+            };
+            if !r.resolved || (self.records.len() <= KEEP_LOST && awaits_late_ack()) {
                 break;
             }
             self.records.pop_front();
@@ -588,5 +598,44 @@ mod tests {
         // ACKing the last one leaves nothing to time.
         f.on_ack(DatagramSeq::new(10), later, &mut rtt, &mut cc, &mut out);
         assert_eq!(f.next_expiry(rto), None);
+    }
+
+    #[test]
+    fn a_lost_record_goes_once_its_frames_are_acked_through_resends() {
+        let t = Instant::now();
+        let (mut rtt, mut cc, mut out) = (
+            RttEstimator::new(),
+            SlidingWindow::new(1400, 1 << 20),
+            Vec::new(),
+        );
+        let mut f = Flight::default();
+        // Steady loss: every fourth datagram is NAKed, its frame resent and acknowledged.
+        let mut seq = 0;
+        for i in 0..2000 {
+            f.on_sent(sent(seq, t, vec![(reliable(i), None)], vec![], vec![]));
+            if i % 4 == 0 {
+                f.on_nak(DatagramSeq::new(seq), &mut cc, &mut out);
+                seq += 1;
+                let resent = f.take_resend(DatagramSeq::new(seq)).unwrap();
+                f.on_sent(sent(seq, t, vec![], vec![resent.message_index], vec![]));
+            }
+            f.on_ack(DatagramSeq::new(seq), t, &mut rtt, &mut cc, &mut out);
+            seq += 1;
+            assert_eq!(f.records(), 0, "after datagram {seq}");
+        }
+        // A lost record whose frame is still unacknowledged stays for a late ACK.
+        f.on_sent(sent(seq, t, vec![(reliable(5000), None)], vec![], vec![]));
+        f.on_sent(sent(
+            seq + 1,
+            t,
+            vec![(reliable(5001), None)],
+            vec![],
+            vec![],
+        ));
+        f.on_nak(DatagramSeq::new(seq), &mut cc, &mut out);
+        f.on_ack(DatagramSeq::new(seq + 1), t, &mut rtt, &mut cc, &mut out);
+        assert_eq!(f.records(), 2);
+        f.on_ack(DatagramSeq::new(seq), t, &mut rtt, &mut cc, &mut out);
+        assert_eq!((f.records(), f.reliable_in_flight()), (0, 0));
     }
 }
