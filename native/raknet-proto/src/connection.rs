@@ -867,8 +867,12 @@ impl Connection {
         }
         if !refused {
             self.acks.push(now, header.seq);
-        } else if self.paused && self.refused_while_paused.len() < MAX_REFUSED_WHILE_PAUSED {
-            self.refused_while_paused.push(header.seq);
+        } else {
+            // Unacknowledged, and not "seen" either: a duplicate copy must not be acknowledged.
+            self.window.forget(header.seq);
+            if self.paused && self.refused_while_paused.len() < MAX_REFUSED_WHILE_PAUSED {
+                self.refused_while_paused.push(header.seq);
+            }
         }
         for Delivered(payload) in delivered.drain(..) {
             self.on_message(now, payload);
