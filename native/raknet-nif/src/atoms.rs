@@ -29,6 +29,7 @@ rustler::atoms! {
     connections,
     stats,
     rtt_ms,
+    rates,
     // reliabilities
     unreliable,
     unreliable_sequenced,
