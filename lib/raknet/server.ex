@@ -341,6 +341,7 @@ defmodule RakNet.Server.Listener do
     case open(config, families, []) do
       {:ok, endpoints} ->
         schedule_telemetry(config)
+        RakNet.Connection.Registry.register_server(supervisor)
 
         {:ok,
          %{

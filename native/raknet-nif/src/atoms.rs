@@ -30,6 +30,9 @@ rustler::atoms! {
     stats,
     rtt_ms,
     rates,
+    packet_loss,
+    worst_rtt,
+    worst_loss,
     // reliabilities
     unreliable,
     unreliable_sequenced,

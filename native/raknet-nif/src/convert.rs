@@ -10,7 +10,7 @@ use raknet_proto::{
 use rustler::{Atom, Encoder, Env, Term};
 
 use crate::atoms;
-use raknet_proto::rates::{EndpointRates, Rates};
+use raknet_proto::rates::{EndpointRates, Rates, Worst};
 
 /// Endpoint options decoded from the `endpoint_start` map.
 pub(crate) struct EndpointOptions {
@@ -347,9 +347,26 @@ pub(crate) fn conn_rates<'a>(env: Env<'a>, r: &Rates, s: &ConnectionStats) -> Te
 }
 
 /// An endpoint's totals over the last second and its connections' round-trip times.
-pub(crate) fn endpoint_rates<'a>(env: Env<'a>, e: &EndpointRates) -> Term<'a> {
+pub(crate) fn endpoint_rates<'a>(env: Env<'a>, e: &EndpointRates<SocketAddr>) -> Term<'a> {
     let [p50, p90, p99, max] = e.rtt_ms;
-    map(
+    let worst = |list: &[Worst<SocketAddr>]| -> Term<'a> {
+        let items: Vec<Term<'a>> = list
+            .iter()
+            .map(|w| {
+                let keys = [atoms::address(), atoms::rtt_ms(), atoms::packet_loss()]
+                    .map(|a| a.encode(env));
+                let values = [
+                    address(env, w.key),
+                    w.rtt_ms.encode(env),
+                    w.packet_loss.encode(env),
+                ];
+                Term::map_from_arrays(env, &keys, &values)
+                    .unwrap_or_else(|_| atoms::error().encode(env))
+            })
+            .collect();
+        items.encode(env)
+    };
+    let totals = map(
         env,
         &[
             ("bytes_in_per_sec", e.total.bytes_in),
@@ -363,7 +380,11 @@ pub(crate) fn endpoint_rates<'a>(env: Env<'a>, e: &EndpointRates) -> Term<'a> {
             ("rtt_p99_ms", p99),
             ("rtt_max_ms", max),
         ],
-    )
+    );
+    totals
+        .map_put(atoms::worst_rtt().encode(env), worst(&e.worst_rtt))
+        .and_then(|t| t.map_put(atoms::worst_loss().encode(env), worst(&e.worst_loss)))
+        .unwrap_or(totals)
 }
 
 pub(crate) fn map<'a, V: Encoder>(env: Env<'a>, pairs: &[(&str, V)]) -> Term<'a> {

@@ -113,7 +113,7 @@ pub(crate) struct Driver {
     next_stall_check: Option<Instant>,
     /// When the counters were last sampled for rates, and the endpoint's totals then.
     last_sample: Instant,
-    rates: EndpointRates,
+    rates: EndpointRates<SocketAddr>,
 }
 
 impl Driver {
@@ -548,10 +548,14 @@ impl Driver {
         }
         let mut pass = rates::Pass::default();
         for (&id, slot) in &mut self.conns {
-            if let Some(stats) = self.endpoint.connection_stats(id) {
-                let r = slot.rates.sample(rates::Counters::of(&stats), secs);
-                pass.add(&r, stats.srtt);
-            }
+            let (Some(stats), Some(addr)) = (
+                self.endpoint.connection_stats(id),
+                self.endpoint.remote_addr(id),
+            ) else {
+                continue;
+            };
+            let r = slot.rates.sample(rates::Counters::of(&stats), secs);
+            pass.add(addr, &r, stats.srtt);
         }
         self.rates = pass.finish();
     }

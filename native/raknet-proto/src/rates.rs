@@ -106,31 +106,83 @@ impl ConnRates {
     }
 }
 
-/// The endpoint's totals over its connections, and their round-trip times.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct EndpointRates {
+/// How many of the worst connections [`EndpointRates`] names, by round-trip time and by loss.
+pub const WORST: usize = 5;
+
+/// One of an endpoint's worst connections.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Worst<K> {
+    /// The caller's key for the connection.
+    pub key: K,
+    /// Smoothed round-trip time, milliseconds.
+    pub rtt_ms: f64,
+    /// Packet loss over the interval, 0.0 to 1.0.
+    pub packet_loss: f64,
+}
+
+/// The endpoint's totals over its connections, their round-trip times and its worst ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointRates<K> {
     /// Sums over the connections; `packet_loss` is their mean.
     pub total: Rates,
     /// Round-trip time percentiles over the connections, in milliseconds: p50, p90, p99, max.
     pub rtt_ms: [f64; 4],
+    /// The [`WORST`] connections with the longest round-trip times, longest first.
+    pub worst_rtt: Vec<Worst<K>>,
+    /// The [`WORST`] connections with the highest loss (and some loss), highest first.
+    pub worst_loss: Vec<Worst<K>>,
 }
 
-/// Accumulates one sampling pass over the connections.
-#[derive(Debug, Default)]
-pub struct Pass {
+impl<K> Default for EndpointRates<K> {
+    fn default() -> Self {
+        Self {
+            total: Rates::default(),
+            rtt_ms: [0.0; 4],
+            worst_rtt: Vec::new(),
+            worst_loss: Vec::new(),
+        }
+    }
+}
+
+/// Accumulates one sampling pass over the connections, each named by a key `K`.
+#[derive(Debug)]
+pub struct Pass<K> {
     total: Rates,
     rtts_us: Vec<u64>,
+    conns: Vec<Worst<K>>,
 }
 
-impl Pass {
+impl<K> Default for Pass<K> {
+    fn default() -> Self {
+        Self {
+            total: Rates::default(),
+            rtts_us: Vec::new(),
+            conns: Vec::new(),
+        }
+    }
+}
+
+impl<K: Copy> Pass<K> {
     /// Adds one connection's rates and smoothed round-trip time.
-    pub fn add(&mut self, rates: &Rates, srtt: Duration) {
+    pub fn add(&mut self, key: K, rates: &Rates, srtt: Duration) {
         self.total.add(rates);
         self.rtts_us.push(srtt.as_micros() as u64);
+        self.conns.push(Worst {
+            key,
+            rtt_ms: srtt.as_micros() as f64 / 1000.0,
+            packet_loss: rates.packet_loss,
+        });
     }
 
-    /// The endpoint's totals and round-trip percentiles over what was added.
-    pub fn finish(mut self) -> EndpointRates {
+    /// The endpoint's totals, round-trip percentiles and worst connections.
+    pub fn finish(mut self) -> EndpointRates<K> {
+        let worst = |conns: &mut Vec<Worst<K>>, by: fn(&Worst<K>) -> f64| {
+            conns.sort_unstable_by(|a, b| by(b).total_cmp(&by(a)));
+            conns.iter().take(WORST).copied().collect::<Vec<_>>()
+        };
+        let worst_rtt = worst(&mut self.conns, |w| w.rtt_ms);
+        self.conns.retain(|w| w.packet_loss > 0.0);
+        let worst_loss = worst(&mut self.conns, |w| w.packet_loss);
         let n = self.rtts_us.len();
         if n > 0 {
             self.total.packet_loss /= n as f64;
@@ -147,6 +199,8 @@ impl Pass {
         EndpointRates {
             total: self.total,
             rtt_ms: [pct(50), pct(90), pct(99), pct(100)],
+            worst_rtt,
+            worst_loss,
         }
     }
 }
@@ -202,12 +256,21 @@ mod tests {
                 packet_loss: if ms <= 50 { 0.2 } else { 0.0 },
                 ..Rates::default()
             };
-            pass.add(&r, Duration::from_millis(ms));
+            pass.add(ms, &r, Duration::from_millis(ms));
         }
         let e = pass.finish();
         assert_eq!(e.total.bytes_in, 1_000.0);
         assert!((e.total.packet_loss - 0.1).abs() < 1e-9);
         assert_eq!(e.rtt_ms, [50.0, 90.0, 99.0, 100.0]);
-        assert_eq!(Pass::default().finish(), EndpointRates::default());
+        let keys = |w: &[Worst<u64>]| w.iter().map(|w| w.key).collect::<Vec<_>>();
+        assert_eq!(keys(&e.worst_rtt), [100, 99, 98, 97, 96]);
+        // Only connections with loss: the five lossy ones with the highest keys come first
+        // among equals in no particular order, so check the loss and that they are lossy.
+        assert_eq!(e.worst_loss.len(), WORST);
+        assert!(e
+            .worst_loss
+            .iter()
+            .all(|w| w.key <= 50 && w.packet_loss == 0.2));
+        assert_eq!(Pass::<u64>::default().finish(), EndpointRates::default());
     }
 }
