@@ -116,6 +116,7 @@ defmodule Bench.Soak do
           5_000 -> "unknown"
         end
 
+      opts = Keyword.put(opts, :server_counters, server_counters(server))
       analyse(out, Enum.reverse(samples), relay_stats, opts, warmup)
     after
       {:os_pid, relay_pid} = Port.info(relay, :os_pid)
@@ -243,6 +244,17 @@ defmodule Bench.Soak do
     end
   end
 
+  # The server's socket counters that are not zero: refusals, drops, limits.
+  defp server_counters(server) do
+    for %{stats: stats} <- RakNet.Server.info(server).endpoints,
+        {key, value} <- stats,
+        is_integer(value) and value > 0,
+        key not in [:recv_buffer_bytes, :send_buffer_bytes, :buffered_bytes],
+        reduce: %{} do
+      acc -> Map.update(acc, key, value, &(&1 + value))
+    end
+  end
+
   defp analyse(out, samples, relay_stats, opts, warmup) do
     # Steady state: after the warm-up, while the load tester still sends.
     steady = Enum.filter(samples, &(&1.t >= warmup * 1000 and &1.t <= opts[:seconds] * 1000))
@@ -362,6 +374,7 @@ defmodule Bench.Soak do
       "  echo round trip      p50 #{r.p50_ms} ms, p99 #{r.p99_ms} ms, max #{r.max_ms} ms " <>
         "(p99 reliable #{rel.p99_ms} ms, sequenced #{seq.p99_ms} ms)",
       "  relay                #{r.relay}",
+      "  server counters      #{o.server_counters |> Enum.sort() |> Enum.map_join(", ", fn {k, v} -> "#{k} #{v}" end)}",
       "  CPU (share of a core, steady state)  server #{cpu[:server]}, load tester #{cpu[:load]}, relay #{cpu[:relay]}",
       memory_line("server memory", mem, o.warmup_s, r.steady_samples),
       memory_line("  of which Rust", native, o.warmup_s, r.steady_samples)
