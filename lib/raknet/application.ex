@@ -6,8 +6,12 @@ defmodule RakNet.Application do
 
   @impl Application
   def start(_type, _args) do
+    RakNet.Packet.Stats.init()
+
     children = [
       RakNet.Connection.Registry,
+      # The :pg scope of RakNet.Packet.Registry, the cluster-wide names packets are routed to.
+      RakNet.Packet.Registry,
       RakNet.ClientEndpoint,
       {DynamicSupervisor, name: RakNet.ClientSupervisor, strategy: :one_for_one}
     ]

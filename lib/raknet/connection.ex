@@ -346,7 +346,18 @@ defmodule RakNet.Connection do
   # were not trapped: a normal exit is ignored, anything else takes the connection down.
   def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
-  def handle_info(_other, state), do: {:noreply, state}
+
+  # Anything else goes to the client's optional handle_info/2, whose state is kept.
+  def handle_info(other, state) do
+    if exports?(state.client, :handle_info, 2) do
+      case RakNet.Client.impl_for(state.client).handle_info(state.client, other) do
+        {:noreply, client} -> {:noreply, %{state | client: client}}
+        _ignored -> {:noreply, state}
+      end
+    else
+      {:noreply, state}
+    end
+  end
 
   @impl GenServer
   def terminate(reason, %{conn: conn} = state) do

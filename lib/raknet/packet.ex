@@ -144,6 +144,59 @@ defmodule RakNet.Packet do
   @spec decode(module(), byte(), binary()) :: {:ok, t()} | {:error, term()}
   def decode(set, type, body), do: set.decode(type, body)
 
+  @doc """
+  Encodes `packet` and sends it on `connection` (a `RakNet.Connection` pid or handle), from
+  any process on any node. Options as `RakNet.Connection.send/4`.
+
+  On the connection's own node it is `RakNet.Connection.send/4` with the encoded message and
+  returns what that returns. From another node the message is encoded here and handed to
+  the connection's process, which must run `RakNet.Packet.Handler`, to send; that returns
+  `{:ok, nil}` at once (a closed connection drops it), and keeps the order of everything the
+  calling process sends to that connection (`RakNet.Packet.Handler.assign/2` included).
+  """
+  @spec send(RakNet.Connection.t(), atom(), t(), keyword()) ::
+          RakNet.Connection.send_result() | {:error, error() | {:not_a_packet, term()}}
+  def send(connection, reliability, packet, opts \\ []) do
+    with {:ok, message} <- encode(packet) do
+      if is_reference(connection) or node(connection) == node() do
+        RakNet.Connection.send(connection, reliability, message, opts)
+      else
+        Kernel.send(connection, {:raknet_packet_send, reliability, message, opts})
+        {:ok, nil}
+      end
+    end
+  end
+
+  @doc """
+  Encodes `packet` once and sends it to many connection pids, wherever they are in the
+  cluster: `RakNet.broadcast/4` on each node that has some of them (a remote node gets the
+  message once, with its list of connections, through `:erpc.cast/4`).
+
+  Returns `{:ok, count}`: the local connections it was queued for plus the remote ones it was
+  handed on for (their closed connections are skipped there, uncounted).
+
+      {:ok, _} = RakNet.Packet.broadcast(players, :unreliable_sequenced, %MyGame.Packets.Moved{...})
+  """
+  @spec broadcast([pid()], atom(), t(), keyword()) ::
+          {:ok, non_neg_integer()} | {:error, term()}
+  def broadcast(connections, reliability, packet, opts \\ []) do
+    with {:ok, message} <- encode(packet) do
+      connections
+      |> Enum.group_by(&node/1)
+      |> Enum.reduce_while({:ok, 0}, fn
+        {node, pids}, {:ok, n} when node == node() ->
+          case RakNet.broadcast(pids, reliability, message, opts) do
+            {:ok, sent} -> {:cont, {:ok, n + sent}}
+            error -> {:halt, error}
+          end
+
+        {node, pids}, {:ok, n} ->
+          :erpc.cast(node, RakNet, :broadcast, [pids, reliability, message, opts])
+          {:cont, {:ok, n + length(pids)}}
+      end)
+    end
+  end
+
   @doc "The id bytes that start a message of `module`."
   @spec header(module()) :: binary()
   def header(module) do
