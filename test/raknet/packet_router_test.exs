@@ -176,6 +176,16 @@ defmodule RakNet.PacketRouterTest do
       {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0x99, 1, 2, 3>>)
       {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0x90, 5, "ab">>)
 
+      # A barrier: reliable_ordered, so when this reaches the world the connection has handled
+      # everything before it.
+      {:ok, nil} =
+        RakNet.Connection.send(conn, :reliable_ordered, Packet.encode!(%Hello{name: "b"}))
+
+      assert_receive {:target, ^world, {:"$gen_cast", {:raknet_packet, %Hello{name: "b"}, _}}},
+                     5_000
+
+      assert %{unrouted: 1, decode_errors: 2, dispatched: 2} = Router.stats()
+
       # The world assigns a zone and answers; later steps go to the zone.
       zone = start_target({:zone, t, 1})
       :ok = RakNet.Packet.Handler.assign(connection, zone: 1)
@@ -188,7 +198,7 @@ defmodule RakNet.PacketRouterTest do
                      5_000
 
       assert ctx.assigns.zone == 1
-      assert %{unrouted: 1, decode_errors: 2, dispatched: 2} = Router.stats()
+      assert %{unrouted: 1, decode_errors: 2, dispatched: 3} = Router.stats()
       assert Process.alive?(connection)
 
       # A broadcast of one packet to the connection, as a zone does.
