@@ -169,8 +169,14 @@ defmodule RakNet.Packet do
 
   @doc """
   Encodes `packet` once and sends it to many connection pids, wherever they are in the
-  cluster: `RakNet.broadcast/4` on each node that has some of them (a remote node gets the
-  message once, with its list of connections, through `:erpc.cast/4`).
+  cluster: `RakNet.broadcast/4` on each node that has some of them. A remote node gets the
+  message once, with its list of connections, and broadcasts it in the order the calling
+  process sent its broadcasts there (through one of a few relay processes per node, chosen
+  by the caller's pid; `:erpc.cast/4` would not keep that order).
+
+  Order is kept among one process's broadcasts, and among its `send/4`s and
+  `RakNet.Packet.Handler.assign/2`s to one connection, but not between a broadcast and a
+  `send/4`: a process that needs both in order can broadcast to `[connection]`.
 
   Returns `{:ok, count}`: the local connections it was queued for plus the remote ones it was
   handed on for (their closed connections are skipped there, uncounted).
@@ -191,7 +197,7 @@ defmodule RakNet.Packet do
           end
 
         {node, pids}, {:ok, n} ->
-          :erpc.cast(node, RakNet, :broadcast, [pids, reliability, message, opts])
+          RakNet.Packet.Relay.broadcast(node, pids, reliability, message, opts)
           {:cont, {:ok, n + length(pids)}}
       end)
     end

@@ -58,8 +58,9 @@ defmodule MMO.Zone do
           broadcast(z, %Moved{player_id: p.id, x: p.x, y: p.y, seq: p.seq})
           {:noreply, put_in(z.players[ctx.connection], p)}
         else
+          # To this player only; a broadcast (to one) keeps it in order with the others.
           correction = %Moved{player_id: p.id, x: p.x, y: p.y, seq: p.seq}
-          RakNet.Packet.send(ctx.connection, :reliable_ordered, correction)
+          RakNet.Packet.broadcast([ctx.connection], :reliable_ordered, correction)
           {:noreply, %{z | rejected: z.rejected + 1}}
         end
     end
