@@ -6,8 +6,7 @@
 #
 # Options: --roles server,world,zones (default all three), --port N (default 19132),
 # --connect NODE (repeatable: nodes to join), --demo-only. See examples/mmo/README.md.
-Code.require_file("lib/mmo.ex", __DIR__)
-MMO.load(Path.join(__DIR__, "lib"))
+Code.require_file("load.exs", __DIR__)
 
 {opts, _, _} =
   OptionParser.parse(System.argv(),

@@ -10,11 +10,10 @@ defmodule RakNet.PacketClusterTest do
 
   @moduletag timeout: 180_000
   @moduletag :capture_log
-  @example Path.expand("../../examples/mmo/lib", __DIR__)
+  @example Path.expand("../../examples/mmo/load.exs", __DIR__)
 
   # The example's modules, on this node too (the client encodes and decodes its packets).
-  Code.require_file("mmo.ex", @example)
-  MMO.load(@example)
+  Code.require_file(@example)
 
   case Cluster.ensure_distributed() do
     :ok ->
@@ -33,8 +32,7 @@ defmodule RakNet.PacketClusterTest do
 
   defp start_peer(name) do
     {peer, node} = Cluster.start_peer(name)
-    :ok = :erpc.call(node, Code, :require_file, ["mmo.ex", @example]) |> then(fn _ -> :ok end)
-    :ok = :erpc.call(node, MMO, :load, [@example])
+    _ = :erpc.call(node, Code, :require_file, [@example])
     {peer, node}
   end
 

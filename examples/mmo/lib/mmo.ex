@@ -5,14 +5,6 @@ defmodule MMO do
   can run all three; in a cluster each node runs some (see examples/mmo/README.md).
   """
 
-  @files ~w(packets.ex world.ex zone.ex bot.ex mmo.ex)
-
-  @doc "Compiles the example's modules into this node (in dependency order)."
-  def load(dir \\ Path.join(__DIR__, ".")) do
-    for file <- @files, do: Code.require_file(file, dir)
-    :ok
-  end
-
   @doc """
   Starts `roles` under a supervisor of its own that is not linked to the caller. Options:
   `:port` (server, default 19132; 0 picks one), `:zones` (zone ids, default [1, 2]).

@@ -130,7 +130,7 @@ defmodule RakNet.Packet.Set do
     byte_clauses =
       for {id, mod} <- byte do
         quote do
-          def decode(unquote(id), body), do: unquote(mod).parse(body)
+          def decode(unquote(id), body), do: unquote(parse_call(mod, quote(do: body)))
         end
       end
 
@@ -154,7 +154,7 @@ defmodule RakNet.Packet.Set do
         by_id =
           for {id, mod} <- ids do
             quote do
-              defp unquote(fun)(unquote(id), body), do: unquote(mod).parse(body)
+              defp unquote(fun)(unquote(id), body), do: unquote(parse_call(mod, quote(do: body)))
             end
           end
 
@@ -190,6 +190,21 @@ defmodule RakNet.Packet.Set do
       @doc "The module of an id (`{message_type, id}` for wider ids), or `nil`."
       @spec module_for(term()) :: module() | nil
       def module_for(id), do: Map.get(unquote(Macro.escape(Map.new(lookup))), id)
+    end
+  end
+
+  # Modules of `use RakNet.Packet` are called at their fast path directly (one call less per
+  # message), falling back to parse/1 only to explain a failure; others through parse/1.
+  defp parse_call(mod, body) do
+    if function_exported?(mod, :__parse__, 1) do
+      quote do
+        case unquote(mod).__parse__(unquote(body)) do
+          {:ok, packet, <<>>} -> {:ok, packet}
+          _ -> unquote(mod).parse(unquote(body))
+        end
+      end
+    else
+      quote(do: unquote(mod).parse(unquote(body)))
     end
   end
 
