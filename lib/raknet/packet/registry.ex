@@ -25,9 +25,10 @@ defmodule RakNet.Packet.Registry do
       node before it returns: its cost grows with the cluster and it stalls while any node is
       slow or while a connection is being set up. `:pg.join/3` is local: the scope process
       records the member and tells the other nodes asynchronously. In `bench/packet.exs` a
-      register/unregister pair cost 6 µs with `:pg` and 67 µs with `:global` on one node,
-      and 39 µs against 1,570 µs (40 times more) in a three-node cluster on loopback; the
-      look-ups cost about the same (300-400 ns for `:pg`, 330-440 ns for `:global`).
+      register/unregister pair cost 6 µs with `:pg` and 41-67 µs with `:global` on one
+      node, and 38 µs against 1,190-1,570 µs (30-40 times more) in a three-node cluster on
+      loopback; the look-ups cost about the same (310-390 ns for `:pg`, 320-440 ns for
+      `:global`). Measured on the 2-core development VM under load from other jobs.
     * **A node leaves.** Both drop the names of the lost node's processes when the node goes
       down (`:pg` on `nodedown`, `:global` likewise), so lookups return `:undefined` at once,
       and the router counts each packet for them as a miss. `:global` in OTP 25 also applies
