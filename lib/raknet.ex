@@ -89,7 +89,7 @@ defmodule RakNet do
       address = ip |> :inet.ntoa() |> to_string()
 
       case Keyword.get(opts, :client) do
-        {module, data} -> connect_client(endpoint, address, port, struct(module), data, timeout)
+        {module, data} -> connect_client(endpoint, address, port, module, data, timeout)
         nil -> connect_raw(endpoint, address, port, timeout)
       end
     end
@@ -108,12 +108,13 @@ defmodule RakNet do
     end
   end
 
-  defp connect_client(endpoint, address, port, client_struct, data, timeout) do
-    spec = {RakNet.Connection, {:connect, endpoint, address, port, client_struct, data}}
+  defp connect_client(endpoint, address, port, module, data, timeout) do
+    handler = RakNet.Handler.spec!(module)
+    spec = {RakNet.Connection, {:connect, endpoint, address, port, handler, data}}
 
     with {:ok, pid} <- DynamicSupervisor.start_child(RakNet.ClientSupervisor, spec) do
       try do
-        GenServer.call(pid, :await_connected, timeout)
+        GenServer.call(pid, :"$raknet_await_connected", timeout)
       catch
         :exit, {:timeout, _} ->
           RakNet.Connection.close(pid)

@@ -10,6 +10,7 @@ defmodule RakNet.DocTest do
   doctest RakNet.ReliabilityLayer.Reliability
   doctest RakNet.Server.Config
   doctest RakNet.Message
+  doctest RakNet.Top, only: [sparkline: 1]
   doctest RakNet.Server, only: [timestamp: 1, make_unique_id: 0]
 end
 

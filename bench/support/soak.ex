@@ -116,6 +116,7 @@ defmodule Bench.Soak do
           5_000 -> "unknown"
         end
 
+      opts = Keyword.put(opts, :server_counters, server_counters(server))
       analyse(out, Enum.reverse(samples), relay_stats, opts, warmup)
     after
       {:os_pid, relay_pid} = Port.info(relay, :os_pid)
@@ -243,6 +244,17 @@ defmodule Bench.Soak do
     end
   end
 
+  # The server's socket counters that are not zero: refusals, drops, limits.
+  defp server_counters(server) do
+    for %{stats: stats} <- RakNet.Server.info(server).endpoints,
+        {key, value} <- stats,
+        is_integer(value) and value > 0,
+        key not in [:recv_buffer_bytes, :send_buffer_bytes, :buffered_bytes],
+        reduce: %{} do
+      acc -> Map.update(acc, key, value, &(&1 + value))
+    end
+  end
+
   defp analyse(out, samples, relay_stats, opts, warmup) do
     # Steady state: after the warm-up, while the load tester still sends.
     steady = Enum.filter(samples, &(&1.t >= warmup * 1000 and &1.t <= opts[:seconds] * 1000))
@@ -291,12 +303,17 @@ defmodule Bench.Soak do
     end
   end
 
-  # Median, min, max, first and last of a series, and whether it stays within ±10 % of its median.
+  # Median, min, max, first and last of a series, and whether it is flat: the median of its
+  # last third within 10 % of the median of its first third. A leak shows as growth between
+  # them; the garbage collector's sawtooth (the BEAM heap swings by a quarter between
+  # collections) does not.
   defp spread([]), do: nil
 
   defp spread(xs) do
-    median = xs |> Enum.sort() |> Enum.at(div(length(xs), 2))
+    median = median(xs)
     {min, max} = Enum.min_max(xs)
+    third = max(div(length(xs), 3), 1)
+    growth = median(Enum.take(xs, -third)) / max(median(Enum.take(xs, third)), 1) - 1
 
     %{
       median: median,
@@ -305,9 +322,12 @@ defmodule Bench.Soak do
       first: hd(xs),
       last: List.last(xs),
       max_dev_percent: Float.round(max(max - median, median - min) * 100 / max(median, 1), 1),
-      flat: max <= median * 1.1 and min >= median * 0.9
+      growth_percent: Float.round(growth * 100, 1),
+      flat: growth <= 0.1
     }
   end
+
+  defp median(xs), do: xs |> Enum.sort() |> Enum.at(div(length(xs), 2))
 
   # Each process's CPU over the steady samples, as a share of one core.
   defp cpu([first, _ | _] = steady) do
@@ -362,10 +382,11 @@ defmodule Bench.Soak do
       "  echo round trip      p50 #{r.p50_ms} ms, p99 #{r.p99_ms} ms, max #{r.max_ms} ms " <>
         "(p99 reliable #{rel.p99_ms} ms, sequenced #{seq.p99_ms} ms)",
       "  relay                #{r.relay}",
+      "  server counters      #{o.server_counters |> Enum.sort() |> Enum.map_join(", ", fn {k, v} -> "#{k} #{v}" end)}",
       "  CPU (share of a core, steady state)  server #{cpu[:server]}, load tester #{cpu[:load]}, relay #{cpu[:relay]}",
       memory_line("server memory", mem, o.warmup_s, r.steady_samples),
       memory_line("  of which Rust", native, o.warmup_s, r.steady_samples)
-      |> String.replace(~r/, (NOT )?flat \(±10 %\)$/, "")
+      |> String.replace(~r/; (NOT )?flat$/, "")
     ]
   end
 
@@ -374,8 +395,9 @@ defmodule Bench.Soak do
   defp memory_line(label, m, warmup, n) do
     "  #{String.pad_trailing(label, 20)} after #{warmup} s warm-up (#{n} samples): " <>
       "median #{mb(m.median)} MB, min #{mb(m.min)}, max #{mb(m.max)}, first #{mb(m.first)}, " <>
-      "last #{mb(m.last)}: within #{m.max_dev_percent} % of the median, " <>
-      if(m.flat, do: "flat (±10 %)", else: "NOT flat (beyond ±10 %)")
+      "last #{mb(m.last)}: within #{m.max_dev_percent} % of the median, last third " <>
+      "#{m.growth_percent} % over the first; " <>
+      if(m.flat, do: "flat", else: "NOT flat")
   end
 
   defp pct(p), do: "#{Float.round(p * 100, 1)} %"

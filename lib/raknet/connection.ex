@@ -202,28 +202,65 @@ defmodule RakNet.Connection do
   end
 
   @doc """
-  Closes the connection gracefully: the peer gets a disconnection notification, and then the
-  owner gets `{:raknet_disconnect, conn, :local_close}` (a `RakNet.Connection` calls
-  `RakNet.Client.disconnect/1` and stops). Closing a closed connection is `:ok`.
+  Closes the connection gracefully: what is queued is still sent, the peer gets a
+  disconnection notification, and then the owner gets `{:raknet_disconnect, conn, reason}`
+  (a `RakNet.Connection` calls the handler's disconnect callback with `reason` and exits with
+  `{:shutdown, reason}`). `reason` defaults to `:local_close`; give your own to tell the
+  handler why (a kick, a ban, a server move). It may be any term whose external format is at
+  most 64 KiB. Closing a closed connection is `:ok`, and only the first reason counts.
 
       :ok = RakNet.Connection.close(connection)
-  """
-  @spec close(t()) :: :ok
-  def close(conn) when is_reference(conn), do: Native.conn_close(conn)
+      :ok = RakNet.Connection.close(connection, {:kicked, "spamming chat"})
 
-  def close(pid) when is_pid(pid) do
+  Any process may call it; it never waits on the connection process.
+  """
+  @spec close(t(), term()) :: :ok
+  def close(connection, reason \\ :local_close)
+
+  def close(conn, reason) when is_reference(conn) do
+    case reason do
+      :local_close -> Native.conn_close(conn)
+      reason -> Native.conn_close_with(conn, close_reason(reason))
+    end
+  end
+
+  def close(pid, reason) when is_pid(pid) do
     case handle(pid) do
-      {:ok, conn} -> Native.conn_close(conn)
+      {:ok, conn} -> close(conn, reason)
       {:error, :closed} -> :ok
     end
   end
 
-  @doc """
-  Addresses, GUID, MTU, protocol version, round-trip time and counters of the connection;
-  `{:error, :closed}` once it has ended.
+  @max_close_reason 64 * 1024
 
-      {:ok, %{address: {{127, 0, 0, 1}, 51234}, mtu: 1492, protocol: 11, rtt_ms: 0.2, stats: %{...}}} =
+  defp close_reason(reason) do
+    case :erlang.term_to_binary(reason) do
+      binary when byte_size(binary) <= @max_close_reason -> binary
+      _ -> raise ArgumentError, "close reason over #{@max_close_reason} bytes"
+    end
+  end
+
+  @doc """
+  Addresses, GUID, MTU, protocol version, round-trip time, network rates and counters of the
+  connection; `{:error, :closed}` once it has ended.
+
+      {:ok, %{address: {{127, 0, 0, 1}, 51234}, rtt_ms: 0.2, rates: rates, stats: stats}} =
         RakNet.Connection.info(connection)
+
+  `:rates` is the connection's network info over the last second (as renet's
+  `network_info`), sampled once a second by the runtime, so reading it costs nothing:
+
+  | key | meaning |
+  |---|---|
+  | `:rtt_ms` | smoothed round-trip time, milliseconds |
+  | `:packet_loss` | datagrams declared lost / datagrams sent, 0.0 to 1.0 |
+  | `:bytes_in_per_sec`, `:bytes_out_per_sec` | UDP payload bytes received / sent |
+  | `:messages_in_per_sec`, `:messages_out_per_sec` | messages received / sent |
+  | `:resends_per_sec` | reliable frames resent |
+  | `:cwnd_bytes` | the congestion window |
+
+  `:stats` holds the counters since the connection started (`:bytes_in`, `:resends`,
+  `:datagrams_lost`, `:duplicates`, `:refused_paused`, ...).
   """
   @spec info(t()) :: {:ok, map()} | {:error, :closed}
   def info(conn) when is_reference(conn), do: Native.conn_info(conn)
@@ -236,9 +273,13 @@ defmodule RakNet.Connection do
   end
 
   # ---- process -------------------------------------------------------------------
+  #
+  # The process runs either a RakNet.Client struct (X-Plane's protocol: `client` holds the
+  # struct, return values are ignored) or a RakNet.Handler module (`handler` holds the module
+  # and `client` its state, replaced by what each callback returns).
 
   @impl GenServer
-  def init({:accepted, conn, client_struct, client_data, server, info}) do
+  def init({:accepted, conn, spec, client_data, server, info}) do
     Process.flag(:trap_exit, true)
 
     case Native.conn_set_owner(conn, self()) do
@@ -246,17 +287,23 @@ defmodule RakNet.Connection do
         Process.put(:raknet_conn, conn)
         info = Map.put(info, :connected_at, System.system_time(:millisecond))
         RakNet.Connection.Registry.register(conn, server, info)
-        # new/3 runs in handle_continue, not here: the server's listener waits for init to
-        # return, so a new/3 that calls the server (to update the MOTD, say) would deadlock.
-        {:ok, %{conn: conn, client: nil, delivered: 0, delivered_bytes: 0, waiting: nil},
-         {:continue, {:new, client_struct, client_data}}}
+        RakNet.Telemetry.connection_start(server, info)
+
+        state =
+          new_state(conn, spec)
+          |> Map.merge(%{server: server, started: System.monotonic_time(), info: info})
+
+        # The handler starts in handle_continue, not here: the server's listener waits for
+        # init to return, so a new/3 that calls the server (to update the MOTD, say) would
+        # deadlock.
+        {:ok, state, {:continue, {:new, spec, client_data, info}}}
 
       {:error, :closed} ->
         :ignore
     end
   end
 
-  def init({:connect, endpoint, host, port, client_struct, client_data}) do
+  def init({:connect, endpoint, host, port, spec, client_data}) do
     Process.flag(:trap_exit, true)
 
     case Native.endpoint_connect(endpoint, host, port, self()) do
@@ -264,47 +311,125 @@ defmodule RakNet.Connection do
         Process.put(:raknet_conn, conn)
         RakNet.Connection.Registry.register(conn, :client, %{})
 
-        {:ok,
-         %{
-           conn: conn,
-           client: nil,
-           pending: {client_struct, client_data},
-           delivered: 0,
-           delivered_bytes: 0,
-           waiting: nil,
-           result: nil
-         }}
+        state =
+          new_state(conn, spec)
+          |> Map.merge(%{
+            pending: {spec, client_data},
+            result: nil,
+            server: nil,
+            started: nil,
+            info: nil
+          })
+
+        {:ok, state}
 
       {:error, reason} ->
         {:stop, reason}
     end
   end
 
+  defp new_state(conn, spec) do
+    handler =
+      case spec do
+        {:handler, module} -> module
+        {:client, _struct} -> nil
+      end
+
+    %{conn: conn, client: nil, handler: handler, delivered: 0, delivered_bytes: 0, waiting: nil}
+  end
+
   @impl GenServer
-  def handle_continue({:new, client_struct, client_data}, state) do
-    {:noreply, %{state | client: RakNet.Client.new(client_struct, self(), client_data)}}
+  def handle_continue({:new, spec, client_data, info}, state) do
+    start_handler(
+      state,
+      spec,
+      client_data,
+      Map.merge(info, %{role: :server, server: state.server})
+    )
+  end
+
+  def handle_continue(continue, %{handler: module} = state) when module != nil do
+    module.handle_continue(continue, state.client) |> handler_result(state)
+  end
+
+  # Runs RakNet.Client.new/3 or RakNet.Handler.handle_connect/2.
+  defp start_handler(state, {:client, struct}, data, _info),
+    do: {:noreply, %{state | client: RakNet.Client.new(struct, self(), data)}}
+
+  defp start_handler(state, {:handler, module}, data, info) do
+    case module.handle_connect(info, data) do
+      {:ok, handler_state} ->
+        {:noreply, %{state | client: handler_state}}
+
+      {:stop, reason} ->
+        close(state.conn, reason)
+        {:stop, {:shutdown, reason}, %{state | handler: nil}}
+
+      other ->
+        raise "#{inspect(module)}.handle_connect/2 returned #{inspect(other)}, " <>
+                "expected {:ok, state} or {:stop, reason}"
+    end
   end
 
   @impl GenServer
   # Client role: answer once the handshake has an outcome.
-  def handle_call(:await_connected, from, %{result: nil} = state),
+  def handle_call(:"$raknet_await_connected", from, %{result: nil} = state),
     do: {:noreply, %{state | waiting: from}}
 
-  def handle_call(:await_connected, _from, %{result: result} = state), do: {:reply, result, state}
-  def handle_call(:await_connected, _from, state), do: {:reply, {:ok, self()}, state}
+  def handle_call(:"$raknet_await_connected", _from, %{result: result} = state),
+    do: {:reply, result, state}
+
+  def handle_call(:"$raknet_await_connected", _from, state), do: {:reply, {:ok, self()}, state}
+
+  def handle_call(request, from, %{handler: module} = state) when module != nil do
+    case module.handle_call(request, from, state.client) do
+      {:reply, reply, handler_state} ->
+        {:reply, reply, %{state | client: handler_state}}
+
+      {:reply, reply, handler_state, extra} ->
+        {:reply, reply, %{state | client: handler_state}, extra}
+
+      {:stop, reason, reply, handler_state} ->
+        GenServer.reply(from, reply)
+        {:stop, reason, handler_state} |> handler_result(state)
+
+      other ->
+        handler_result(other, state)
+    end
+  end
+
+  def handle_call(request, _from, state), do: {:reply, {:error, {:unknown_call, request}}, state}
+
+  @impl GenServer
+  def handle_cast(request, %{handler: module} = state) when module != nil do
+    module.handle_cast(request, state.client) |> handler_result(state)
+  end
+
+  def handle_cast(_request, state), do: {:noreply, state}
 
   @impl GenServer
   def handle_info({:raknet, conn, type, payload, transit}, %{conn: conn} = state) do
-    # As in X-Plane's library the return value is not the new client state.
-    RakNet.Client.receive(state.client, type, payload, transit)
-
     state = %{
       state
       | delivered: state.delivered + 1,
         delivered_bytes: state.delivered_bytes + byte_size(payload) + 1
     }
 
-    {:noreply, confirm(state)}
+    case state.handler do
+      nil ->
+        # As in X-Plane's library the return value is not the new client state.
+        RakNet.Client.receive(state.client, type, payload, transit)
+        {:noreply, confirm(state)}
+
+      module ->
+        module.handle_message(type, payload, transit, state.client)
+        |> handler_result(confirm(state))
+    end
+  end
+
+  def handle_info({:raknet_receipt, conn, id, fate}, %{conn: conn, handler: module} = state)
+      when module != nil do
+    module.handle_receipt(id, fate, state.client) |> handler_result(confirm(state))
   end
 
   def handle_info({:raknet_receipt, conn, id, :acked}, %{conn: conn} = state) do
@@ -321,19 +446,26 @@ defmodule RakNet.Connection do
   end
 
   def handle_info({:raknet_disconnect, conn, reason}, %{conn: conn} = state) do
-    disconnect(state.client, reason)
+    disconnect(state, reason)
     # Not :normal: processes linked to this one (started by new/3) end with the connection.
-    {:stop, {:shutdown, reason}, %{state | client: nil}}
+    {:stop, {:shutdown, reason}, %{state | client: nil, handler: nil}}
   end
 
   def handle_info(
-        {:raknet_connected, conn, _info},
-        %{conn: conn, pending: {struct, data}} = state
+        {:raknet_connected, conn, info},
+        %{conn: conn, pending: {spec, data}} = state
       ) do
-    client = RakNet.Client.new(struct, self(), data)
-    state = %{state | client: client, result: {:ok, self()}}
+    info =
+      Map.merge(info, %{
+        role: :client,
+        server: nil,
+        connected_at: System.system_time(:millisecond)
+      })
+
+    state = %{state | result: {:ok, self()}, started: System.monotonic_time(), info: info}
+    RakNet.Telemetry.connection_start(nil, info)
     if state.waiting, do: GenServer.reply(state.waiting, {:ok, self()})
-    {:noreply, state}
+    start_handler(state, spec, data, info)
   end
 
   def handle_info({:raknet_connect_failed, conn, reason}, %{conn: conn} = state) do
@@ -347,7 +479,12 @@ defmodule RakNet.Connection do
   def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
 
-  # Anything else goes to the client's optional handle_info/2, whose state is kept.
+  def handle_info(msg, %{handler: module} = state) when module != nil do
+    module.handle_info(msg, state.client) |> handler_result(state)
+  end
+
+  # Anything else goes to a RakNet.Client implementation's optional handle_info/2, whose
+  # state is kept.
   def handle_info(other, state) do
     if exports?(state.client, :handle_info, 2) do
       case RakNet.Client.impl_for(state.client).handle_info(state.client, other) do
@@ -359,15 +496,34 @@ defmodule RakNet.Connection do
     end
   end
 
+  # A handler callback's result: the new state, or a stop that closes the connection with
+  # the reason (handle_disconnect/2 runs when the runtime confirms, with that reason).
+  defp handler_result({:noreply, handler_state}, state),
+    do: {:noreply, %{state | client: handler_state}}
+
+  defp handler_result({:noreply, handler_state, extra}, state),
+    do: {:noreply, %{state | client: handler_state}, extra}
+
+  defp handler_result({:stop, reason, handler_state}, state) do
+    close(state.conn, reason)
+    {:noreply, %{state | client: handler_state}}
+  end
+
+  defp handler_result(other, state) do
+    raise "the RakNet handler #{inspect(state.handler)} returned #{inspect(other)}, expected " <>
+            "{:noreply, state}, {:noreply, state, timeout | :hibernate | {:continue, term}} " <>
+            "or {:stop, reason, state}"
+  end
+
   @impl GenServer
   def terminate(reason, %{conn: conn} = state) do
-    # A stop after {:raknet_disconnect, ...} has already told the client (client is nil). A
-    # supervisor's shutdown has not: tell it now, then close. After a crash the client's state
-    # is suspect, so it is not called again. Closing is graceful (the peer is notified); the
-    # runtime would also close the connection once this process is gone.
-    if shutdown?(reason) and state.client != nil do
+    # A stop after {:raknet_disconnect, ...} has already told the handler (client is nil). A
+    # supervisor's shutdown has not: tell it now, then close. After a crash the handler's
+    # state is suspect, so it is not called again. Closing is graceful (the peer is notified);
+    # the runtime would also close the connection once this process is gone.
+    if shutdown?(reason) and (state.client != nil or state.handler != nil) do
       try do
-        disconnect(state.client, :shutdown)
+        disconnect(state, :shutdown)
       catch
         _kind, _error -> :ok
       end
@@ -375,16 +531,21 @@ defmodule RakNet.Connection do
 
     RakNet.Connection.Registry.unregister()
     Native.conn_close(conn)
+    RakNet.Telemetry.connection_stop(state, reason)
   end
 
   defp shutdown?(:shutdown), do: true
   defp shutdown?({:shutdown, _}), do: true
   defp shutdown?(_reason), do: false
 
-  # disconnect/2 (optional) instead of disconnect/1 when the implementation defines it.
-  defp disconnect(nil, _reason), do: :ok
+  # The handler's disconnect callback: handle_disconnect/2 of a RakNet.Handler; disconnect/2
+  # (optional) instead of disconnect/1 when a RakNet.Client implementation defines it.
+  defp disconnect(%{handler: module, client: handler_state}, reason) when module != nil,
+    do: module.handle_disconnect(reason, handler_state)
 
-  defp disconnect(client, reason) do
+  defp disconnect(%{client: nil}, _reason), do: :ok
+
+  defp disconnect(%{client: client}, reason) do
     if exports?(client, :disconnect, 2) do
       RakNet.Client.impl_for(client).disconnect(client, reason)
     else

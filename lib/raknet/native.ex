@@ -117,6 +117,12 @@ defmodule RakNet.Native do
   @spec conn_close(reference()) :: :ok
   def conn_close(_conn), do: :erlang.nif_error(:nif_not_loaded)
 
+  # The owner is told `reason` (`:erlang.term_to_binary/1` of it, at most 64 KiB) instead of
+  # `:local_close`.
+  @doc false
+  @spec conn_close_with(reference(), binary()) :: :ok
+  def conn_close_with(_conn, _reason), do: :erlang.nif_error(:nif_not_loaded)
+
   @doc false
   @spec conn_info(reference()) :: {:ok, map()} | {:error, :closed}
   def conn_info(_conn), do: :erlang.nif_error(:nif_not_loaded)

@@ -37,11 +37,12 @@ defmodule RakNet.Server do
   @doc """
   Starts a server for `client_module` on `port` (0 picks a free port; see `info/1`).
 
-  `client_module` must define a struct and implement `RakNet.Client`; each connection's
-  client starts from `struct(client_module)` (so `@enforce_keys` does not get in the way).
+  `client_module` either `use`s `RakNet.Handler`, or defines a struct and implements
+  `RakNet.Client` (X-Plane's protocol; each connection's client then starts from
+  `struct(client_module)`, so `@enforce_keys` does not get in the way).
 
   Raises `ArgumentError` for invalid options (see `RakNet.Server.Config`) or a module that is
-  not a `RakNet.Client` struct; returns `{:error, reason}` when a socket cannot be opened
+  neither; returns `{:error, reason}` when a socket cannot be opened
   (`:eaddrinuse`, `:eacces`, `:eaddrnotavail`).
 
       {:ok, server} = RakNet.Server.start_link(MyGame.Player, 0, ip: "127.0.0.1")
@@ -50,20 +51,8 @@ defmodule RakNet.Server do
   @spec start_link(module(), :inet.port_number(), [Config.option()]) :: Supervisor.on_start()
   def start_link(client_module, port, opts \\ []) do
     config = Config.new(client_module, port, opts)
-    check_client_module!(client_module)
+    RakNet.Handler.spec!(client_module)
     Supervisor.start_link(__MODULE__, config)
-  end
-
-  defp check_client_module!(module) do
-    unless Code.ensure_loaded?(module) and function_exported?(module, :__struct__, 0) do
-      raise ArgumentError, "the client module #{inspect(module)} must define a struct"
-    end
-
-    unless RakNet.Client.impl_for(struct(module)) do
-      raise ArgumentError,
-            "the client module #{inspect(module)} must implement RakNet.Client " <>
-              "(defimpl RakNet.Client, for: #{inspect(module)})"
-    end
   end
 
   @typedoc """
@@ -351,11 +340,30 @@ defmodule RakNet.Server.Listener do
 
     case open(config, families, []) do
       {:ok, endpoints} ->
-        {:ok, %{config: config, supervisor: supervisor, endpoints: endpoints, connections: nil}}
+        schedule_telemetry(config)
+        RakNet.Connection.Registry.register_server(supervisor)
+
+        {:ok,
+         %{
+           config: config,
+           supervisor: supervisor,
+           endpoints: endpoints,
+           connections: nil,
+           handler: RakNet.Handler.spec!(config.client_module),
+           telemetry: %{}
+         }}
 
       {:error, reason} ->
         {:stop, reason}
     end
+  end
+
+  # The periodic [:raknet, :server, :stats] event, when telemetry is there to take it.
+  defp schedule_telemetry(%Config{telemetry_interval_ms: nil}), do: :ok
+
+  defp schedule_telemetry(config) do
+    if RakNet.Telemetry.enabled?(),
+      do: Process.send_after(self(), :telemetry, config.telemetry_interval_ms)
   end
 
   # The first error of `fun` over every endpoint, or :ok.
@@ -486,8 +494,7 @@ defmodule RakNet.Server.Listener do
   def handle_info({:raknet_endpoint, _endpoint, :connected, conn, info}, state) do
     config = state.config
 
-    args =
-      {:accepted, conn, struct(config.client_module), config.client_data, state.supervisor, info}
+    args = {:accepted, conn, state.handler, config.client_data, state.supervisor, info}
 
     state = %{state | connections: connections(state)}
 
@@ -528,6 +535,21 @@ defmodule RakNet.Server.Listener do
       nil ->
         {:noreply, state}
     end
+  end
+
+  def handle_info(:telemetry, state) do
+    schedule_telemetry(state.config)
+
+    telemetry =
+      for {family, endpoint} <- state.endpoints,
+          info = endpoint_info(endpoint),
+          is_map(info),
+          into: %{} do
+        previous = Map.get(state.telemetry, family, %{})
+        {family, RakNet.Telemetry.server_stats(state.supervisor, family, info, previous)}
+      end
+
+    {:noreply, %{state | telemetry: telemetry}}
   end
 
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}

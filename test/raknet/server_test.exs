@@ -418,7 +418,7 @@ defmodule RakNet.ServerTest do
         RakNet.Server.start_link("EchoClient", 0)
       end
 
-      assert_raise ArgumentError, ~r/RakNet.Test.NoSuchModule must define a struct/, fn ->
+      assert_raise ArgumentError, ~r/RakNet.Test.NoSuchModule is not available/, fn ->
         RakNet.Server.start_link(RakNet.Test.NoSuchModule, 0, open_ipv6_socket: false)
       end
 

@@ -38,6 +38,17 @@ defmodule RakNet.Connection.Registry do
     GenServer.cast(__MODULE__, {:monitor, pid})
   end
 
+  @doc "Registers the calling process as the listener of the server `supervisor`."
+  @spec register_server(pid()) :: :ok
+  def register_server(supervisor) do
+    :ets.insert(@table, {self(), :server, supervisor})
+    GenServer.cast(__MODULE__, {:monitor, self()})
+  end
+
+  @doc "Every running server of the node (their supervisors)."
+  @spec servers() :: [pid()]
+  def servers, do: :ets.select(@table, [{{:_, :server, :"$1"}, [], [:"$1"]}])
+
   @doc """
   Gives the calling connection process an application id, unique within its server:
   `{:error, {:already_registered, pid}}` when another connection has it.
@@ -58,11 +69,14 @@ defmodule RakNet.Connection.Registry do
             :ok
 
           true ->
-            [{_, owner}] = :ets.lookup(@index, {server, :id, id})
-            {:error, {:already_registered, owner}}
+            case :ets.lookup(@index, {server, :id, id}) do
+              [{_, owner}] -> {:error, {:already_registered, owner}}
+              # Its owner let go of it just now: try again.
+              [] -> register_id(id)
+            end
         end
 
-      [] ->
+      _ ->
         {:error, :not_a_connection}
     end
   end
@@ -76,7 +90,8 @@ defmodule RakNet.Connection.Registry do
   def lookup(pid) do
     case :ets.lookup(@table, pid) do
       [{^pid, conn, _server, _info}] -> {:ok, conn}
-      [] -> :error
+      # Nothing, or a server's listener row.
+      _ -> :error
     end
   rescue
     # The table is gone only while the :raknet application is down.
@@ -88,7 +103,7 @@ defmodule RakNet.Connection.Registry do
   def info(pid) do
     case :ets.lookup(@table, pid) do
       [{^pid, _conn, _server, info}] -> {:ok, info}
-      [] -> :error
+      _ -> :error
     end
   end
 
@@ -134,6 +149,10 @@ defmodule RakNet.Connection.Registry do
           :ets.select_delete(@index, [{{key, pid}, [], [true]}])
         end
 
+        :ets.delete(@table, pid)
+        :ok
+
+      [{^pid, :server, _supervisor}] ->
         :ets.delete(@table, pid)
         :ok
 

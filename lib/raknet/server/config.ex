@@ -94,6 +94,9 @@ defmodule RakNet.Server.Config do
       `536_870_912` (512 MiB); at least 1 MiB.
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
+    * `:telemetry_interval_ms` - how often the server emits its `[:raknet, :server, :stats]`
+      telemetry event (and `:refused` / `:limited`), see `RakNet.Telemetry`; `nil` never.
+      Only when the `:telemetry` module is available. Default `1_000`; at least 100.
   """
   @type option ::
           {:host, :inet.ip_address() | String.t() | nil}
@@ -125,6 +128,7 @@ defmodule RakNet.Server.Config do
           | {:max_pending_deliveries, pos_integer()}
           | {:max_pending_bytes, pos_integer()}
           | {:max_buffered_bytes, pos_integer()}
+          | {:telemetry_interval_ms, pos_integer() | nil}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -158,6 +162,7 @@ defmodule RakNet.Server.Config do
             max_pending_deliveries: 10_000,
             max_pending_bytes: 4_194_304,
             max_buffered_bytes: 536_870_912,
+            telemetry_interval_ms: 1_000,
             ignored_options: []
 
   @typedoc "A validated configuration."
@@ -373,6 +378,15 @@ defmodule RakNet.Server.Config do
         value,
         is_integer(value) and value >= 1_048_576,
         "an integer >= 1048576 (bytes)"
+      )
+
+  defp validate(:telemetry_interval_ms, value),
+    do:
+      check(
+        :telemetry_interval_ms,
+        value,
+        value == nil or (is_integer(value) and value >= 100),
+        "nil or an integer >= 100 (ms)"
       )
 
   defp check(_key, value, true, _expected), do: value

@@ -29,6 +29,10 @@ rustler::atoms! {
     connections,
     stats,
     rtt_ms,
+    rates,
+    packet_loss,
+    worst_rtt,
+    worst_loss,
     // reliabilities
     unreliable,
     unreliable_sequenced,

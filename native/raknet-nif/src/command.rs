@@ -27,6 +27,8 @@ pub(crate) enum Command {
     },
     Close {
         key: u64,
+        /// The application's reason, in the external term format (`None`: `:local_close`).
+        reason: Option<Vec<u8>>,
     },
     OwnerDown {
         key: u64,

@@ -10,6 +10,7 @@ use raknet_proto::{
 use rustler::{Atom, Encoder, Env, Term};
 
 use crate::atoms;
+use raknet_proto::rates::{EndpointRates, Rates, Worst};
 
 /// Endpoint options decoded from the `endpoint_start` map.
 pub(crate) struct EndpointOptions {
@@ -220,6 +221,9 @@ pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
             DisconnectReason::ConnectFailed(e) => connect_error(env, *e),
             _ => atoms::internal_error().encode(env),
         },
+        Reason::Closed(term) => env
+            .binary_to_term(term)
+            .map_or_else(|| atoms::local_close().encode(env), |(t, _)| t),
         Reason::Overloaded => atoms::overloaded().encode(env),
         Reason::EndpointDown => atoms::endpoint_down().encode(env),
     }
@@ -270,9 +274,12 @@ pub(crate) fn connection_info<'a>(
 }
 
 /// Why a connection ended, as the runtime reports it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Reason {
     Engine(DisconnectReason),
+    /// Closed locally with the application's own reason (`conn_close/2`), kept in the
+    /// external term format until the owner is told.
+    Closed(Vec<u8>),
     Overloaded,
     /// The endpoint's thread ended without closing the connection (it panicked).
     EndpointDown,
@@ -321,7 +328,66 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
     map(env, &pairs)
 }
 
-pub(crate) fn map<'a>(env: Env<'a>, pairs: &[(&str, u64)]) -> Term<'a> {
+/// A connection's network info (renet's `network_info`): rates over the last second, with
+/// the round-trip time and congestion window they go with.
+pub(crate) fn conn_rates<'a>(env: Env<'a>, r: &Rates, s: &ConnectionStats) -> Term<'a> {
+    map(
+        env,
+        &[
+            ("rtt_ms", s.srtt.as_micros() as f64 / 1000.0),
+            ("packet_loss", r.packet_loss),
+            ("bytes_in_per_sec", r.bytes_in),
+            ("bytes_out_per_sec", r.bytes_out),
+            ("messages_in_per_sec", r.messages_in),
+            ("messages_out_per_sec", r.messages_out),
+            ("resends_per_sec", r.resends),
+            ("cwnd_bytes", s.cwnd as f64),
+        ],
+    )
+}
+
+/// An endpoint's totals over the last second and its connections' round-trip times.
+pub(crate) fn endpoint_rates<'a>(env: Env<'a>, e: &EndpointRates<SocketAddr>) -> Term<'a> {
+    let [p50, p90, p99, max] = e.rtt_ms;
+    let worst = |list: &[Worst<SocketAddr>]| -> Term<'a> {
+        let items: Vec<Term<'a>> = list
+            .iter()
+            .map(|w| {
+                let keys = [atoms::address(), atoms::rtt_ms(), atoms::packet_loss()]
+                    .map(|a| a.encode(env));
+                let values = [
+                    address(env, w.key),
+                    w.rtt_ms.encode(env),
+                    w.packet_loss.encode(env),
+                ];
+                Term::map_from_arrays(env, &keys, &values)
+                    .unwrap_or_else(|_| atoms::error().encode(env))
+            })
+            .collect();
+        items.encode(env)
+    };
+    let totals = map(
+        env,
+        &[
+            ("bytes_in_per_sec", e.total.bytes_in),
+            ("bytes_out_per_sec", e.total.bytes_out),
+            ("messages_in_per_sec", e.total.messages_in),
+            ("messages_out_per_sec", e.total.messages_out),
+            ("resends_per_sec", e.total.resends),
+            ("packet_loss", e.total.packet_loss),
+            ("rtt_p50_ms", p50),
+            ("rtt_p90_ms", p90),
+            ("rtt_p99_ms", p99),
+            ("rtt_max_ms", max),
+        ],
+    );
+    totals
+        .map_put(atoms::worst_rtt().encode(env), worst(&e.worst_rtt))
+        .and_then(|t| t.map_put(atoms::worst_loss().encode(env), worst(&e.worst_loss)))
+        .unwrap_or(totals)
+}
+
+pub(crate) fn map<'a, V: Encoder>(env: Env<'a>, pairs: &[(&str, V)]) -> Term<'a> {
     let keys: Vec<Term<'a>> = pairs
         .iter()
         .map(|(k, _)| Atom::from_str(env, k).map_or_else(|_| k.encode(env), |a| a.encode(env)))

@@ -18,6 +18,7 @@ use crate::command::Command;
 use crate::convert::{self, Reason};
 use crate::resource::{ConnResource, EndpointResource};
 use crate::udp::Udp;
+use raknet_proto::rates::{self, ConnRates, EndpointRates};
 
 /// Datagrams read per wake-up before the engine's output is flushed (bounds latency).
 const RECV_BATCH: usize = 64;
@@ -56,6 +57,11 @@ struct Slot {
     stall: Option<(Instant, usize)>,
     /// The local address the peer last sent to (sockets bound to every address).
     local: Option<IpAddr>,
+    /// Bytes, messages and resends per second over the last sampled second.
+    rates: ConnRates,
+    /// The application's reason for closing (`conn_close/2`), reported instead of
+    /// `:local_close`.
+    close_reason: Option<Vec<u8>>,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -105,6 +111,9 @@ pub(crate) struct Driver {
     log_suppressed: u64,
     /// When to look at paused connections next (none paused: `None`).
     next_stall_check: Option<Instant>,
+    /// When the counters were last sampled for rates, and the endpoint's totals then.
+    last_sample: Instant,
+    rates: EndpointRates<SocketAddr>,
 }
 
 impl Driver {
@@ -132,13 +141,17 @@ impl Driver {
             log_lines: 0,
             log_suppressed: 0,
             next_stall_check: None,
+            last_sample: Instant::now(),
+            rates: EndpointRates::default(),
         }
     }
 
     pub(crate) async fn run(mut self) {
         let mut recv = vec![0u8; 2048];
         loop {
-            let deadline = [self.endpoint.poll_timeout(), self.next_stall_check]
+            // Rates are sampled while there are connections; an idle endpoint sleeps.
+            let sample = (!self.conns.is_empty()).then(|| rates::next_due(self.last_sample));
+            let deadline = [self.endpoint.poll_timeout(), self.next_stall_check, sample]
                 .into_iter()
                 .flatten()
                 .min()
@@ -172,6 +185,9 @@ impl Driver {
             self.endpoint.handle_timeout(Instant::now());
             if self.next_stall_check.is_some_and(|t| Instant::now() >= t) {
                 self.check_stalls(Instant::now());
+            }
+            if Instant::now() >= rates::next_due(self.last_sample) {
+                self.sample_rates(Instant::now());
             }
             self.flush().await;
             if let Some(stop) = self.stop_deadline {
@@ -290,8 +306,14 @@ impl Driver {
                     self.update_backlog(id);
                 }
             }
-            Command::Close { key } => {
+            Command::Close { key, reason } => {
                 if let Some(&id) = self.keys.get(&key) {
+                    if let Some(slot) = self.conns.get_mut(&id) {
+                        // The first reason given wins, as the first close does.
+                        if slot.close_reason.is_none() {
+                            slot.close_reason = reason;
+                        }
+                    }
                     self.endpoint.close(now, id);
                 }
             }
@@ -429,6 +451,7 @@ impl Driver {
                 atoms::guid(),
                 atoms::connections(),
                 atoms::stats(),
+                atoms::rates(),
             ]
             .map(|a| a.encode(env));
             let values = [
@@ -437,6 +460,7 @@ impl Driver {
                 self.me.guid.encode(env),
                 s.connections.encode(env),
                 stats,
+                convert::endpoint_rates(env, &self.rates),
             ];
             Term::map_from_arrays(env, &keys, &values)
                 .unwrap_or_else(|_| atoms::error().encode(env))
@@ -461,6 +485,7 @@ impl Driver {
                 atoms::mtu(),
                 atoms::rtt_ms(),
                 atoms::stats(),
+                atoms::rates(),
             ]
             .map(|a| a.encode(env));
             let values = [
@@ -471,6 +496,7 @@ impl Driver {
                 info.mtu.encode(env),
                 (stats.srtt.as_micros() as f64 / 1000.0).encode(env),
                 convert::connection_stats(env, &stats, slot.dropped),
+                convert::conn_rates(env, &slot.rates.rates, &stats),
             ];
             Term::map_from_arrays(env, &keys, &values)
                 .unwrap_or_else(|_| atoms::error().encode(env))
@@ -510,6 +536,28 @@ impl Driver {
         if res.flow_controlled.load(Ordering::Relaxed) && res.budget.exceeded(messages, bytes) {
             self.pause(id);
         }
+    }
+
+    /// Turns the counters since the last sample into per-second rates, per connection and
+    /// for the endpoint.
+    fn sample_rates(&mut self, now: Instant) {
+        let secs = now.duration_since(self.last_sample).as_secs_f64();
+        self.last_sample = now;
+        if secs <= 0.0 {
+            return;
+        }
+        let mut pass = rates::Pass::default();
+        for (&id, slot) in &mut self.conns {
+            let (Some(stats), Some(addr)) = (
+                self.endpoint.connection_stats(id),
+                self.endpoint.remote_addr(id),
+            ) else {
+                continue;
+            };
+            let r = slot.rates.sample(rates::Counters::of(&stats), secs);
+            pass.add(addr, &r, stats.srtt);
+        }
+        self.rates = pass.finish();
     }
 
     fn forget(&mut self, id: ConnId) {
@@ -647,6 +695,10 @@ impl Driver {
                     return;
                 }
                 slot.reported = true;
+                let why = match (reason, slot.close_reason.take()) {
+                    (DisconnectReason::LocalClose, Some(term)) => Reason::Closed(term),
+                    (reason, _) => Reason::Engine(reason),
+                };
                 match (slot.owner, slot.role, slot.connected) {
                     (Some(pid), Role::Client, false) => {
                         let _ = self.env.send_and_clear(&pid, |env| {
@@ -659,13 +711,10 @@ impl Driver {
                             (atoms::raknet_connect_failed(), res, why).encode(env)
                         });
                     }
-                    (Some(pid), _, _) => {
-                        send_disconnect(&mut self.env, &pid, &res, Reason::Engine(reason))
-                    }
+                    (Some(pid), _, _) => send_disconnect(&mut self.env, &pid, &res, why),
                     (None, _, _) => {
                         // Tell the owner once it is set.
-                        slot.held
-                            .push_back(Held::Disconnect(Reason::Engine(reason)));
+                        slot.held.push_back(Held::Disconnect(why));
                         return;
                     }
                 }
@@ -854,6 +903,8 @@ impl Slot {
             dropped: 0,
             stall: None,
             local: None,
+            rates: ConnRates::default(),
+            close_reason: None,
         }
     }
 }

@@ -597,9 +597,30 @@ fn broadcast<'a>(
 
 #[rustler::nif]
 fn conn_close(conn: ResourceArc<ConnResource>) -> Atom {
+    close(&conn, None)
+}
+
+/// Like `conn_close/1`; the owner is told `reason` (a term in the external format, at most
+/// [`MAX_CLOSE_REASON`] bytes) instead of `:local_close`.
+#[rustler::nif]
+fn conn_close_with(conn: ResourceArc<ConnResource>, reason: Binary<'_>) -> NifResult<Atom> {
+    if reason.len() > MAX_CLOSE_REASON {
+        return Err(rustler::Error::BadArg);
+    }
+    Ok(close(&conn, Some(reason.as_slice().to_vec())))
+}
+
+/// The largest close reason kept (its external term format): a reason is a word for the
+/// owner, not a way to park data on the endpoint's thread.
+const MAX_CLOSE_REASON: usize = 64 * 1024;
+
+fn close(conn: &ConnResource, reason: Option<Vec<u8>>) -> Atom {
     // Closing starts now: later sends fail at once, while queued data still drains.
     conn.closed.store(true, Ordering::Relaxed);
-    let _ = conn.tx.send(Command::Close { key: conn.key });
+    let _ = conn.tx.send(Command::Close {
+        key: conn.key,
+        reason,
+    });
     atoms::ok()
 }
 

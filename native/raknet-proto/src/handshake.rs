@@ -77,8 +77,11 @@ struct HalfOpen {
     accepted_ms: u64,
     /// The 0x09's client time, echoed in every copy of 0x10.
     request_time: u64,
-    /// The client datagram that last carried 0x09, acknowledged by the connection.
-    request_seq: u32,
+    /// The client datagram that last carried 0x09 and nothing else reliable: the
+    /// connection acknowledges it when 0x13 creates it. A datagram that also carried
+    /// other reliable frames is never recorded: those frames were not taken, so
+    /// acknowledging it would make the client forget them (issue #12).
+    request_seq: Option<u32>,
     bytes_in: u32,
     bytes_out: u32,
     mtu: u16,
@@ -363,7 +366,7 @@ impl ServerHandshake {
             created_ms: now_ms,
             accepted_ms: NOT_ACCEPTED,
             request_time: 0,
-            request_seq: 0,
+            request_seq: None,
             bytes_in: (len + ocr1_bytes) as u32,
             bytes_out: 0,
             mtu,
@@ -465,14 +468,27 @@ impl ServerHandshake {
             }
         };
         let mut request = None;
+        // Whether the datagram holds something reliable besides the 0x09 (or a frame we
+        // cannot read): then it must stay unacknowledged, for the client to resend it.
+        let mut more = false;
         for frame in Frames::new(body) {
-            let Ok(frame) = frame else { break };
-            if frame.split.is_some() || !frame.reliability.is_reliable() {
+            let Ok(frame) = frame else {
+                more = true;
+                break;
+            };
+            if !frame.reliability.is_reliable() {
+                continue;
+            }
+            if frame.split.is_some() {
+                more = true;
                 continue;
             }
             match frame.payload.first() {
                 Some(&id::CONNECTION_REQUEST) | Some(&id::NEW_INCOMING_CONNECTION) => {}
-                _ => continue,
+                _ => {
+                    more = true;
+                    continue;
+                }
             }
             match ConnectedMessage::decode(frame.payload) {
                 Ok(ConnectedMessage::NewIncomingConnection(nic)) => {
@@ -489,15 +505,17 @@ impl ServerHandshake {
                         clock_offset: offset,
                         created_ms: h.created_ms,
                         client_seq: header.seq,
-                        request_seq: (h.accepted_ms != NOT_ACCEPTED)
-                            .then(|| DatagramSeq::new(h.request_seq)),
+                        request_seq: h.request_seq.map(DatagramSeq::new),
                         rtt_sample: echoed
                             .then(|| Duration::from_millis(now_ms.saturating_sub(h.accepted_ms))),
                     };
                     return Step::Establish(accepted);
                 }
-                Ok(ConnectedMessage::ConnectionRequest(req)) => request = Some(req),
-                _ => {}
+                Ok(ConnectedMessage::ConnectionRequest(req)) => {
+                    more |= request.is_some();
+                    request = Some(req);
+                }
+                _ => more = true,
             }
         }
         let Some(req) = request else {
@@ -514,12 +532,15 @@ impl ServerHandshake {
             h.accepted_ms = now_ms;
             h.request_time = req.time;
         }
-        h.request_seq = header.seq.get();
+        if !more {
+            h.request_seq = Some(header.seq.get());
+        }
         // 0x10 is built identically on every repeat of 0x09: datagram #0, reliable and
         // ordering index 0, channel 0. Official also ACKs the 0x09 at once (§6.1); we do
         // not: without a connection nothing would resend a lost 0x10, so the client's own
         // 0x09 resends (its RTO) must keep asking for it. The connection acknowledges the
-        // 0x09 when 0x13 creates it.
+        // 0x09 when 0x13 creates it, if a datagram carried it alone (`request_seq`); else
+        // the client's next 0x09 resend is acknowledged by the connection.
         let first = config.initial_index_for_tests;
         let internal = config.internal_address_list(h.protocol, local_addr);
         let accepted = ConnectionRequestAccepted {

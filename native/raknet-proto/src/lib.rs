@@ -49,6 +49,7 @@ mod error;
 mod frame;
 mod handshake;
 pub mod message;
+pub mod rates;
 mod recv;
 mod reliability;
 mod rng;

@@ -85,6 +85,48 @@ fn paused_receiver_holds_the_sender_back_and_loses_nothing_reliable() {
     assert!(p.server.connection_stats(s).unwrap().naks_sent > 0);
 }
 
+/// A refused datagram must stay unacknowledged in every copy: a duplicate of it (the soak's
+/// relay duplicates 2 %) used to be taken for "seen before" and acknowledged, so the sender
+/// forgot frames the receiver never accepted, and an ordered channel stalled for good.
+#[test]
+fn a_duplicate_of_a_refused_datagram_is_not_acknowledged() {
+    let link = LinkConfig::default()
+        .with_delay(Duration::from_millis(10))
+        .with_duplicate(0.5);
+    let mut p = Pair::new(
+        11,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        link,
+    );
+    let (c, s) = p.connect();
+    p.server.set_receive_paused(p.now, s, true);
+    for i in 0..50u32 {
+        let mut m = vec![0x86];
+        m.extend_from_slice(&i.to_be_bytes());
+        p.client
+            .send(
+                p.now,
+                c,
+                Bytes::from(m),
+                SendOptions::new(Reliability::ReliableOrdered),
+            )
+            .unwrap();
+    }
+    p.drive_until(Duration::from_secs(2), |_| false);
+    assert!(p.server.connection_stats(s).unwrap().refused_paused > 0);
+    p.server.set_receive_paused(p.now, s, false);
+    let all = p.drive_until(Duration::from_secs(10), |p| {
+        messages(&p.server_events).len() == 50
+    });
+    let got: Vec<u32> = messages(&p.server_events)
+        .iter()
+        .map(|m| u32::from_be_bytes([m[1], m[2], m[3], m[4]]))
+        .collect();
+    assert!(all, "delivered {got:?}");
+    assert_eq!(got, (0..50).collect::<Vec<_>>());
+}
+
 #[test]
 fn pings_and_disconnection_notices_pass_while_paused() {
     let mut p = Pair::new(

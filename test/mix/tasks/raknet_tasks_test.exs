@@ -71,4 +71,43 @@ defmodule Mix.Tasks.Raknet.TasksTest do
     assert status != 0, output
     assert output =~ "bad value for --connections: many"
   end
+
+  # raknet.top attaches to a node: this test node, made distributed for the occasion.
+  defp distributed! do
+    unless Node.alive?() do
+      {_, 0} = System.cmd("epmd", ["-daemon"])
+
+      {:ok, _} =
+        :net_kernel.start([:"raknet_test_#{System.unique_integer([:positive])}", :shortnames])
+
+      on_exit(fn -> :net_kernel.stop() end)
+    end
+
+    {Atom.to_string(node()), Atom.to_string(Node.get_cookie())}
+  end
+
+  test "raknet.top attaches to a node and draws its servers" do
+    {node, cookie} = distributed!()
+    port = start_server([])
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0x86, "hi">>)
+    assert_receive {:client_new, _}, 5_000
+
+    {output, status} =
+      mix("raknet.top", ["--node", node, "--cookie", cookie, "--frames", "2", "--interval", "100"])
+
+    assert status == 0, output
+    assert output =~ "raknet top - #{node}"
+    assert output =~ ~r/udp #{port}\n/
+    assert output =~ ~r/connections +1 /
+    assert output =~ "msgs in/s"
+  end
+
+  test "raknet.top exits 1 when the node cannot be reached" do
+    {output, status} =
+      mix("raknet.top", ["--node", "nobody@localhost", "--cookie", "x", "--frames", "1"])
+
+    assert status == 1, output
+    assert output =~ "cannot connect to nobody@localhost"
+  end
 end

@@ -137,6 +137,8 @@ struct Totals {
     failures: Vec<String>,
     /// `--verify`: connections that ended before they closed themselves.
     dropped: usize,
+    /// Why the first few of them ended.
+    drop_reasons: Vec<String>,
     reliable: Check,
     sequenced: Check,
 }
@@ -356,6 +358,10 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
                     if args.verify && connected {
                         t.reliable.lost += sent[0] - reliable.count;
                         t.dropped += 1;
+                        if t.drop_reasons.len() < 5 {
+                            t.drop_reasons
+                                .push(format!("{reason} after {} reliable echoes", reliable.count));
+                        }
                     }
                     if ever_connected {
                         t.disconnected += 1;
@@ -418,7 +424,15 @@ fn verify_summary(t: &mut Totals) {
         q.out_of_order,
         percentile(&q.rtts_us, 0.99)
     );
-    println!("  dropped       {} connections ended early", t.dropped);
+    if t.drop_reasons.is_empty() {
+        println!("  dropped       {} connections ended early", t.dropped);
+    } else {
+        println!(
+            "  dropped       {} connections ended early ({})",
+            t.dropped,
+            t.drop_reasons.join("; ")
+        );
+    }
     let ok = t.failed == 0
         && t.dropped == 0
         && r.lost == 0

@@ -157,6 +157,17 @@ impl DatagramWindow {
     }
 }
 
+impl DatagramWindow {
+    /// Forgets that `seq` arrived: its content was refused (left unacknowledged for the
+    /// sender to resend), so a copy of it that arrives later is processed afresh rather than
+    /// acknowledged as a duplicate of something that was never taken.
+    pub(crate) fn forget(&mut self, seq: DatagramSeq) {
+        if !seq.is_after(self.highest) && self.highest.distance_from(seq) < HISTORY {
+            self.clear(seq);
+        }
+    }
+}
+
 /// Sequence numbers waiting to be acknowledged (or negatively acknowledged), kept as
 /// ranges. Ranges never cross the 2^24 wrap, since receivers compare plainly.
 #[derive(Debug, Default)]
@@ -362,6 +373,30 @@ mod tests {
         );
         assert_eq!(w.on(s(3)), Arrival::Duplicate);
         assert_eq!(w.on(s(60_000)), Arrival::Garbage);
+    }
+
+    #[test]
+    fn a_forgotten_number_is_new_again() {
+        let mut w = DatagramWindow::new(50_000);
+        for n in 0..5 {
+            w.on(s(n));
+        }
+        w.forget(s(4));
+        w.forget(s(2));
+        assert_eq!(w.on(s(4)), Arrival::New { missing: None });
+        assert_eq!(w.on(s(2)), Arrival::New { missing: None });
+        assert_eq!(w.on(s(2)), Arrival::Duplicate);
+        // Ahead of the highest, or beyond the history: nothing to forget.
+        w.forget(s(9));
+        assert_eq!(
+            w.on(s(9)),
+            Arrival::New {
+                missing: Some(AckRange {
+                    start: s(5),
+                    end: s(8)
+                })
+            }
+        );
     }
 
     #[test]

@@ -1,0 +1,239 @@
+defmodule RakNet.HandlerTest do
+  # `use RakNet.Handler`: a connection process that is a real GenServer with its own state,
+  # and RakNet.Connection.close/2 whose reason reaches the handler.
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+
+  @moduletag timeout: 60_000
+
+  defmodule Counter do
+    # Counts messages in its state; answers calls and casts of the application's own.
+    use RakNet.Handler
+
+    @impl RakNet.Handler
+    def handle_connect(info, test) do
+      send(test, {:connected, self(), info})
+      {:ok, %{test: test, count: 0, bytes: 0}}
+    end
+
+    @impl RakNet.Handler
+    def handle_message(0x86, "stop " <> why, _transit, state),
+      do: {:stop, {:asked, why}, state}
+
+    def handle_message(0x86, "receipt", _transit, state) do
+      {:ok, id} = Connection.send(self(), :reliable_ack_receipt, <<0x86, "with receipt">>)
+      send(state.test, {:sent_receipt, id})
+      {:noreply, state}
+    end
+
+    def handle_message(0x86, "crash", _transit, _state), do: raise("handler crash")
+
+    def handle_message(0x86, "quiet", _transit, state) do
+      send(state.test, {:quiet, self(), state.count + 1})
+      {:noreply, %{state | count: state.count + 1}}
+    end
+
+    def handle_message(0x86, payload, _transit, state) do
+      count = state.count + 1
+      Connection.send(self(), :reliable_ordered, <<0x86, "#{count}">>)
+      {:noreply, %{state | count: count, bytes: state.bytes + byte_size(payload)}}
+    end
+
+    @impl RakNet.Handler
+    def handle_receipt(id, fate, state) do
+      send(state.test, {:receipt, id, fate})
+      {:noreply, state}
+    end
+
+    @impl RakNet.Handler
+    def handle_call(:count, _from, state), do: {:reply, state.count, state}
+    def handle_call(:kick, _from, state), do: {:stop, :kicked, :bye, state}
+
+    @impl RakNet.Handler
+    def handle_cast({:add, n}, state), do: {:noreply, %{state | count: state.count + n}}
+
+    @impl RakNet.Handler
+    def handle_info({:ping, from}, state) do
+      send(from, {:pong, state.count})
+      {:noreply, state, {:continue, :after_ping}}
+    end
+
+    @impl RakNet.Handler
+    def handle_continue(:after_ping, state) do
+      send(state.test, :continued)
+      {:noreply, state}
+    end
+
+    @impl RakNet.Handler
+    def handle_disconnect(reason, state) do
+      send(state.test, {:disconnected, self(), reason, state.count})
+    end
+  end
+
+  defmodule Refuser do
+    use RakNet.Handler
+
+    @impl RakNet.Handler
+    def handle_connect(_info, test) do
+      send(test, {:refusing, self()})
+      {:stop, :not_today}
+    end
+
+    @impl RakNet.Handler
+    def handle_message(_type, _payload, _transit, state), do: {:noreply, state}
+  end
+
+  defp start_server(module, opts \\ []) do
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+    spec = RakNet.Server.child_spec([module, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  defp connect(port) do
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:connected, pid, info}, 5_000
+    {conn, pid, info}
+  end
+
+  test "the handler keeps its state across messages, calls, casts and infos" do
+    {server, port} = start_server(Counter)
+    {conn, pid, info} = connect(port)
+
+    assert %{role: :server, server: ^server, address: {{127, 0, 0, 1}, _}, guid: guid} = info
+    assert is_integer(guid) and is_integer(info.connected_at) and info.protocol in [6, 10, 11]
+
+    for i <- 1..3 do
+      {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "hello">>)
+      expected = "#{i}"
+      assert_receive {:raknet, ^conn, 0x86, ^expected, _}, 5_000
+    end
+
+    assert GenServer.call(pid, :count) == 3
+    GenServer.cast(pid, {:add, 10})
+    assert GenServer.call(pid, :count) == 13
+    send(pid, {:ping, self()})
+    assert_receive {:pong, 13}, 5_000
+    assert_receive :continued, 5_000
+  end
+
+  test "receipts reach handle_receipt/3 with their fate" do
+    {_server, port} = start_server(Counter)
+    {conn, _pid, _info} = connect(port)
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "receipt">>)
+    assert_receive {:sent_receipt, id}, 5_000
+    assert_receive {:raknet, ^conn, 0x86, "with receipt", _}, 5_000
+    assert_receive {:receipt, ^id, :acked}, 5_000
+  end
+
+  test "{:stop, reason, state} closes the connection and handle_disconnect/2 gets the reason" do
+    {_server, port} = start_server(Counter)
+    {conn, pid, _info} = connect(port)
+    ref = Process.monitor(pid)
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "one">>)
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop now">>)
+
+    assert_receive {:disconnected, ^pid, {:asked, "now"}, 1}, 5_000
+    assert_receive {:DOWN, ^ref, :process, ^pid, {:shutdown, {:asked, "now"}}}, 5_000
+    # The peer is told: a disconnection notification, not a timeout.
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+  end
+
+  test "a call may stop the connection after replying" do
+    {_server, port} = start_server(Counter)
+    {conn, pid, _info} = connect(port)
+    assert GenServer.call(pid, :kick) == :bye
+    assert_receive {:disconnected, ^pid, :kicked, 0}, 5_000
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+  end
+
+  test "close/2 from another process reaches handle_disconnect/2 and the exit reason" do
+    {_server, port} = start_server(Counter)
+    {conn, pid, _info} = connect(port)
+    ref = Process.monitor(pid)
+
+    assert :ok = Connection.close(pid, {:kicked, "spamming chat"})
+    assert_receive {:disconnected, ^pid, {:kicked, "spamming chat"}, 0}, 5_000
+    assert_receive {:DOWN, ^ref, :process, ^pid, {:shutdown, {:kicked, "spamming chat"}}}, 5_000
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    # Closed: closing again is :ok, sending is an error.
+    assert :ok = Connection.close(pid, :again)
+    assert {:error, :closed} = Connection.send(pid, :reliable, <<0x86>>)
+  end
+
+  test "close/2 on a raw handle tells its owner the reason" do
+    {_server, port} = start_server(Counter)
+    {conn, pid, _info} = connect(port)
+    assert :ok = Connection.close(conn, {:moving_to, "zone 7"})
+    assert_receive {:raknet_disconnect, ^conn, {:moving_to, "zone 7"}}, 5_000
+    assert_receive {:disconnected, ^pid, :peer_closed, 0}, 5_000
+    assert_raise ArgumentError, fn -> Connection.close(conn, :binary.copy("x", 70_000)) end
+  end
+
+  test "handle_connect/2 may refuse: the connection closes without handle_disconnect/2" do
+    {_server, port} = start_server(Refuser)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:refusing, pid}, 5_000
+    ref = Process.monitor(pid)
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    assert_receive {:DOWN, ^ref, :process, ^pid, reason}, 5_000
+    assert reason in [{:shutdown, :not_today}, :noproc]
+  end
+
+  @tag :capture_log
+  test "a crash in a callback ends only that connection, without handle_disconnect/2" do
+    {server, port} = start_server(Counter)
+    {conn, pid, _info} = connect(port)
+    {other, _other_pid, _} = connect(port)
+    ref = Process.monitor(pid)
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "crash">>)
+
+    assert_receive {:DOWN, ^ref, :process, ^pid, {%RuntimeError{message: "handler crash"}, _}},
+                   5_000
+
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    refute_received {:disconnected, ^pid, _, _}
+    {:ok, nil} = Connection.send(other, :reliable_ordered, <<0x86, "still here">>)
+    assert_receive {:raknet, ^other, 0x86, "1", _}, 5_000
+    assert RakNet.Server.info(server).connections == 1
+  end
+
+  test "a handler runs the client side of RakNet.connect/3" do
+    {_server, port} = start_server(RakNet.Test.EchoClient)
+    {:ok, pid} = RakNet.connect("127.0.0.1", port, client: {Counter, self()})
+    assert_receive {:connected, ^pid, %{role: :client, server: nil, address: {_, ^port}}}, 5_000
+    assert_receive {:client_new, _server_side}, 5_000
+    # The echo server sends back what it gets; the handler counts the echoes.
+    {:ok, nil} = Connection.send(pid, :reliable_ordered, <<0x86, "quiet">>)
+    assert_receive {:client_received, _, 0x86, 5, _}, 5_000
+    assert_receive {:quiet, ^pid, 1}, 5_000
+    assert GenServer.call(pid, :count) == 1
+    :ok = Connection.stop(pid)
+    assert_receive {:disconnected, ^pid, :shutdown, _}, 5_000
+  end
+
+  test "a server refuses a module that is neither a handler nor a RakNet.Client struct" do
+    assert_raise ArgumentError, ~r/use RakNet.Handler/, fn ->
+      RakNet.Server.start_link(String, 0, ip: {127, 0, 0, 1})
+    end
+  end
+
+  test "a misspelt callback is a compile-time warning" do
+    code = """
+    defmodule RakNet.HandlerTest.Misspelt do
+      use RakNet.Handler
+      @impl RakNet.Handler
+      def handle_mesage(_type, _payload, _transit, state), do: {:noreply, state}
+    end
+    """
+
+    warnings = ExUnit.CaptureIO.capture_io(:stderr, fn -> Code.compile_string(code) end)
+
+    assert warnings =~ "handle_mesage/4"
+    assert warnings =~ "handle_message/4"
+  after
+    :code.purge(RakNet.HandlerTest.Misspelt)
+    :code.delete(RakNet.HandlerTest.Misspelt)
+  end
+end

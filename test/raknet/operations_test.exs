@@ -1,0 +1,77 @@
+defmodule RakNet.OperationsTest do
+  # Running a server: suspend/resume, a new connection limit, and a graceful stop that
+  # tells every client and drains what was queued.
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.EchoClient
+
+  @moduletag timeout: 60_000
+
+  defp start_server(opts \\ []) do
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref(), restart: :temporary})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  test "suspend/1 refuses newcomers, keeps players and still answers pings; resume/1 undoes it" do
+    {server, port} = start_server()
+    {:ok, player} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+
+    assert :ok = RakNet.Server.suspend(server)
+    assert {:error, :no_free_incoming_connections} = RakNet.connect("127.0.0.1", port)
+    assert {:ok, _pong} = RakNet.Ping.ping("127.0.0.1", port)
+    {:ok, nil} = Connection.send(player, :reliable_ordered, <<0x86, "still here">>)
+    assert_receive {:raknet, ^player, 0x86, "still here", _}, 5_000
+
+    assert :ok = RakNet.Server.resume(server)
+    assert {:ok, _newcomer} = RakNet.connect("127.0.0.1", port)
+    assert RakNet.Server.info(server).connections == 2
+  end
+
+  test "set_max_connections/2 closes nobody and refuses newcomers over the new limit" do
+    {server, port} = start_server()
+    {:ok, a} = RakNet.connect("127.0.0.1", port)
+    {:ok, _b} = RakNet.connect("127.0.0.1", port)
+    for _ <- 1..2, do: assert_receive({:client_new, _}, 5_000)
+
+    assert :ok = RakNet.Server.set_max_connections(server, 1)
+    assert {:error, :no_free_incoming_connections} = RakNet.connect("127.0.0.1", port)
+    {:ok, nil} = Connection.send(a, :reliable_ordered, <<0x86, "ok">>)
+    assert_receive {:raknet, ^a, 0x86, "ok", _}, 5_000
+    assert RakNet.Server.info(server).connections == 2
+
+    assert :ok = RakNet.Server.set_max_connections(server, 3)
+    assert {:ok, _c} = RakNet.connect("127.0.0.1", port)
+  end
+
+  test "stop/2 delivers what was queued, tells every client, runs every disconnect" do
+    {server, port} = start_server()
+    {:ok, a} = RakNet.connect("127.0.0.1", port)
+    {:ok, b} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, pid_a}, 5_000
+    assert_receive {:client_new, pid_b}, 5_000
+
+    # Queued just before the stop: 200 messages of 1 KB to each client.
+    payload = :binary.copy(<<7>>, 1_000)
+
+    for _ <- 1..200 do
+      assert {:ok, 2} =
+               RakNet.broadcast([pid_a, pid_b], :reliable_ordered, <<0x86, payload::binary>>)
+    end
+
+    ref = Process.monitor(server)
+    assert :ok = RakNet.Server.stop(server, 5_000)
+    assert_receive {:DOWN, ^ref, :process, ^server, _}, 5_000
+
+    for conn <- [a, b] do
+      for _ <- 1..200, do: assert_receive({:raknet, ^conn, 0x86, ^payload, _}, 5_000)
+      assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    end
+
+    assert_receive {:client_disconnect, ^pid_a}, 5_000
+    assert_receive {:client_disconnect, ^pid_b}, 5_000
+  end
+end

@@ -1,0 +1,150 @@
+defmodule RakNet.TelemetryTest do
+  # :telemetry events, with the test-only stand-in module (test/support/telemetry_stub.ex),
+  # and silence without it. Per-connection rates (RakNet.Connection.info/1) ride along: the
+  # same once-a-second sample feeds both.
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.EchoClient
+
+  @moduletag timeout: 60_000
+
+  @events [
+    [:raknet, :connection, :start],
+    [:raknet, :connection, :stop],
+    [:raknet, :connection, :exception],
+    [:raknet, :server, :stats],
+    [:raknet, :server, :refused],
+    [:raknet, :server, :limited]
+  ]
+
+  setup do
+    test = self()
+    id = make_ref()
+
+    :ok =
+      :telemetry.attach_many(
+        id,
+        @events,
+        fn event, measurements, metadata, _ ->
+          send(test, {:telemetry, event, measurements, metadata})
+        end,
+        nil
+      )
+
+    on_exit(fn ->
+      :telemetry.detach(id)
+      Application.delete_env(:raknet, :telemetry_module)
+      RakNet.Telemetry.reset()
+    end)
+  end
+
+  defp start_server(opts \\ []) do
+    opts =
+      Keyword.merge(
+        [
+          ip: {127, 0, 0, 1},
+          open_ipv6_socket: false,
+          client_data: self(),
+          telemetry_interval_ms: 100
+        ],
+        opts
+      )
+
+    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  test "connection start and stop, with the reason and the duration" do
+    {server, port} = start_server()
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, pid}, 5_000
+
+    assert_receive {:telemetry, [:raknet, :connection, :start], %{system_time: _},
+                    %{pid: ^pid, server: ^server, role: :server, address: {{127, 0, 0, 1}, _}}},
+                   5_000
+
+    :ok = Connection.close(conn)
+
+    assert_receive {:telemetry, [:raknet, :connection, :stop], %{duration: duration},
+                    %{pid: ^pid, server: ^server, reason: :peer_closed}},
+                   5_000
+
+    assert is_integer(duration) and duration > 0
+  end
+
+  @tag :capture_log
+  test "a handler crash is an :exception event" do
+    {_server, port} = start_server()
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, pid}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable, <<0x99>>)
+
+    assert_receive {:telemetry, [:raknet, :connection, :exception], %{duration: _},
+                    %{pid: ^pid, kind: :error, reason: %RuntimeError{}, stacktrace: [_ | _]}},
+                   5_000
+  end
+
+  test "periodic server stats carry connections and rates; connections report their own" do
+    {server, port} = start_server()
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, pid}, 5_000
+
+    # Keep traffic flowing so that every one-second sample sees some.
+    sender =
+      spawn_link(fn ->
+        Stream.repeatedly(fn -> Connection.send(conn, :reliable_ordered, <<0x86, 0::800>>) end)
+        |> Enum.each(fn _ -> receive after: (5 -> :ok) end)
+      end)
+
+    assert_receive {:telemetry, [:raknet, :server, :stats],
+                    %{connections: 1, messages_in_per_sec: rate} = stats,
+                    %{server: ^server, port: ^port, family: :inet}}
+                   when rate > 0,
+                   5_000
+
+    for key <- [:bytes_in_per_sec, :bytes_out_per_sec, :messages_out_per_sec, :rtt_p50_ms],
+        do: assert(is_float(stats[key]), "#{key}: #{inspect(stats)}")
+
+    assert stats.bytes_in_per_sec > 100 * rate
+    assert stats.rtt_max_ms >= stats.rtt_p50_ms
+
+    {:ok, %{rates: rates}} = Connection.info(pid)
+    assert rates.messages_in_per_sec > 0 and rates.bytes_out_per_sec > 0
+    assert rates.packet_loss == 0.0 and rates.cwnd_bytes > 0 and rates.rtt_ms >= 0
+    unlink(sender)
+  end
+
+  defp unlink(pid) do
+    Process.unlink(pid)
+    Process.exit(pid, :kill)
+  end
+
+  test "refused connections are counted by reason" do
+    {server, port} = start_server(max_connections: 1)
+    {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+    assert {:error, :no_free_incoming_connections} = RakNet.connect("127.0.0.1", port)
+
+    assert_receive {:telemetry, [:raknet, :server, :refused], %{count: 1},
+                    %{server: ^server, reason: :full}},
+                   5_000
+  end
+
+  test "without a telemetry module nothing is emitted and everything works" do
+    Application.put_env(:raknet, :telemetry_module, RakNet.TelemetryTest.Missing)
+    RakNet.Telemetry.reset()
+    refute RakNet.Telemetry.enabled?()
+
+    {_server, port} = start_server()
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, pid}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "hi">>)
+    assert_receive {:raknet, ^conn, 0x86, "hi", _}, 5_000
+    ref = Process.monitor(pid)
+    :ok = Connection.close(conn)
+    assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
+    refute_received {:telemetry, _, _, _}
+  end
+end
