@@ -3,30 +3,38 @@ defmodule RakNet.Test.Cluster do
   # Helpers for tests that run `:peer` nodes. Compiled into the test build, so the peers load
   # it from the test node's code paths.
 
-  @doc "Makes this node distributed (starting epmd if need be): :ok or {:error, reason}."
+  @doc """
+  Makes this node distributed (short names, starting epmd if need be): `{:ok, started?}`
+  (`started?` false when it already was) or `{:error, reason}`. Short names, as
+  `mix raknet.top`'s test uses, so that either test may come first.
+  """
   def ensure_distributed do
     if Node.alive?() do
-      :ok
+      {:ok, false}
     else
       if epmd = System.find_executable("epmd"), do: System.cmd(epmd, ["-daemon"])
-      name = :"raknet_test_#{System.unique_integer([:positive])}@127.0.0.1"
+      name = :"raknet_test_#{System.unique_integer([:positive])}"
 
-      case :net_kernel.start([name, :longnames]) do
-        {:ok, _} -> :ok
+      case :net_kernel.start([name, :shortnames]) do
+        {:ok, _} -> {:ok, true}
         {:error, reason} -> {:error, reason}
       end
+    end
+  end
+
+  @doc "Whether distribution can start here; leaves the node as it found it."
+  def distribution_available do
+    case ensure_distributed() do
+      {:ok, true} -> :net_kernel.stop()
+      {:ok, false} -> :ok
+      error -> error
     end
   end
 
   @doc "Starts a peer with this node's code paths and the :raknet application running."
   def start_peer(name) do
     {:ok, peer, node} =
-      :peer.start(%{
-        name: name,
-        host: ~c"127.0.0.1",
-        longnames: true,
-        args: [~c"-setcookie", Atom.to_charlist(Node.get_cookie())]
-      })
+      :peer.start(%{name: name, args: [~c"-setcookie", Atom.to_charlist(Node.get_cookie())]})
 
     :ok = :erpc.call(node, :code, :add_pathsa, [:code.get_path()])
     :ok = :erpc.call(node, __MODULE__, :prepare, [])
