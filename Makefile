@@ -80,6 +80,7 @@ soak: deps
 bench: deps venv
 	cargo build --release -p raknet-bench
 	$(MIX) run bench/run.exs </dev/null
+	$(MIX) run bench/packet.exs </dev/null
 
 # The example server runs in the background on a free port (and port + 1 for IPv6) and is stopped
 # on exit, also on failure or Ctrl-C. Its log goes to a temporary file, shown if the tool fails.

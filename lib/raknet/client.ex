@@ -56,7 +56,7 @@ defprotocol RakNet.Client do
 
   ## Optional callbacks
 
-  An implementation may also define, in its `defimpl` block, either or both of:
+  An implementation may also define, in its `defimpl` block, any of:
 
     * `got_loss(client, receipt_id)` - an `*_ack_receipt` message was lost: the counterpart
       of `got_ack/2` (while the connection lives only unreliable messages can be lost;
@@ -65,6 +65,11 @@ defprotocol RakNet.Client do
     * `disconnect(client, reason)` - called *instead of* `disconnect/1` in step 4, with the
       reason: `:peer_closed`, `:timeout`, `:local_close`, `:shutdown`, `:overloaded`,
       `{:limit_exceeded, :split_parts | :message_bytes}` or `{:protocol_violation, text}`.
+    * `handle_info(client, message)` - any other message the connection process receives
+      (from your own processes: `send(connection_pid, ...)`); it returns
+      `{:noreply, new_client}`, and unlike `receive/4`'s the new state is kept. This is how
+      other processes change a connection's state (`RakNet.Packet.Handler.assign/2` uses it).
+      Without it such messages are dropped.
 
       defimpl RakNet.Client, for: MyGame.Player do
         # new/3, receive/4, got_ack/2 and disconnect/1 as above, and:

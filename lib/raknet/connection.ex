@@ -483,7 +483,18 @@ defmodule RakNet.Connection do
     module.handle_info(msg, state.client) |> handler_result(state)
   end
 
-  def handle_info(_other, state), do: {:noreply, state}
+  # Anything else goes to a RakNet.Client implementation's optional handle_info/2, whose
+  # state is kept.
+  def handle_info(other, state) do
+    if exports?(state.client, :handle_info, 2) do
+      case RakNet.Client.impl_for(state.client).handle_info(state.client, other) do
+        {:noreply, client} -> {:noreply, %{state | client: client}}
+        _ignored -> {:noreply, state}
+      end
+    else
+      {:noreply, state}
+    end
+  end
 
   # A handler callback's result: the new state, or a stop that closes the connection with
   # the reason (handle_disconnect/2 runs when the runtime confirms, with that reason).

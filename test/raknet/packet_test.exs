@@ -1,0 +1,460 @@
+defmodule RakNet.PacketTest.Vec3 do
+  use RakNet.Packet
+
+  field(:x, :float32_le)
+  field(:y, :float32_le)
+  field(:z, :float32_le)
+end
+
+defmodule RakNet.PacketTest.Empty do
+  use RakNet.Packet
+end
+
+defmodule RakNet.PacketTest.Item do
+  use RakNet.Packet
+
+  field(:kind, :uint16_be)
+  field(:count, :varuint32)
+  field(:label, {:string, :uint8}, max: 16)
+end
+
+# Every field type once, fixed-size runs split by variable-size fields.
+defmodule RakNet.PacketTest.Everything do
+  use RakNet.Packet, id: 0x90, dispatch_to: :world
+
+  field(:u8, :uint8)
+  field(:i8, :int8)
+  field(:u16le, :uint16_le)
+  field(:u16be, :uint16_be)
+  field(:i16le, :int16_le)
+  field(:i16be, :int16_be)
+  field(:u32le, :uint32_le)
+  field(:u32be, :uint32_be)
+  field(:i32le, :int32_le)
+  field(:i32be, :int32_be)
+  field(:u64le, :uint64_le)
+  field(:u64be, :uint64_be)
+  field(:i64le, :int64_le)
+  field(:i64be, :int64_be)
+  field(:f32le, :float32_le)
+  field(:f32be, :float32_be)
+  field(:f64le, :float64_le)
+  field(:f64be, :float64_be)
+  field(:flag, :bool)
+  field(:name, {:fixed_string, 24})
+  field(:vu32, :varuint32)
+  field(:flag2, :bool)
+  field(:vu64, :varuint64)
+  field(:vi32, :varint32)
+  field(:vi64, :varint64)
+  field(:text, {:string, :uint16_le})
+  field(:blob, {:binary, :varuint32}, max: 300)
+  field(:pos, RakNet.PacketTest.Vec3)
+  field(:items, {:list, :uint8, RakNet.PacketTest.Item}, max: 5)
+  field(:scores, {:list, :varuint32, :int32_be}, max: 20)
+  field(:empties, {:list, :uint8, {:struct, RakNet.PacketTest.Empty}}, max: 3)
+  field(:last, :uint8)
+end
+
+defmodule RakNet.PacketTest.Flags do
+  use RakNet.Packet, id: 0x91
+
+  field(:a, :uint8)
+  field(:b, :bool)
+  field(:c, :bool)
+end
+
+defmodule RakNet.PacketTest.Move do
+  use RakNet.Packet, id: 0x0102, message_type: 0x86, dispatch_to: :zone
+
+  field(:x, :float32_le)
+  field(:y, :float32_le)
+  field(:seq, :uint16_le)
+end
+
+defmodule RakNet.PacketTest do
+  use ExUnit.Case, async: true
+
+  import Bitwise
+
+  alias RakNet.Packet.{Codec, Type}
+  alias RakNet.PacketTest.{Empty, Everything, Flags, Item, Move, Vec3}
+
+  @runs 400
+
+  doctest RakNet.Packet.Codec
+
+  # ---- hand-rolled generators over a seeded :rand state ---------------------------
+
+  defp seed(n), do: :rand.seed_s(:exsss, {n, n * 7 + 1, n * 13 + 2})
+
+  defp int(st, lo, hi) do
+    # Bias towards the edges: they are where encodings break.
+    {pick, st} = :rand.uniform_s(10, st)
+
+    case pick do
+      1 -> {lo, st}
+      2 -> {hi, st}
+      3 -> {max(lo, min(hi, 0)), st}
+      _ -> uniform(st, lo, hi)
+    end
+  end
+
+  defp uniform(st, lo, hi) do
+    span = hi - lo + 1
+    # :rand.uniform_s is limited to 2^58-ish ranges at full precision: build wide ones.
+    {a, st} = :rand.uniform_s(1 <<< 32, st)
+    {b, st} = :rand.uniform_s(1 <<< 32, st)
+    {c, st} = :rand.uniform_s(1 <<< 32, st)
+    {lo + rem((a - 1) <<< 64 ||| (b - 1) <<< 32 ||| c - 1, span), st}
+  end
+
+  defp float(st, bits) do
+    {raw, st} = uniform(st, 0, (1 <<< bits) - 1)
+
+    case <<raw::size(bits)>> do
+      <<f::float-size(bits)>> -> {f, st}
+      # NaN or an infinity: not a value a packet can hold.
+      _ -> float(st, bits)
+    end
+  end
+
+  defp utf8(st, max_bytes, allow_nul \\ true) do
+    {len, st} = :rand.uniform_s(max_bytes + 1, st)
+    utf8_chars(st, len - 1, allow_nul, <<>>)
+  end
+
+  defp utf8_chars(st, budget, allow_nul, acc) do
+    {kind, st} = :rand.uniform_s(4, st)
+
+    {cp, st} =
+      case kind do
+        1 -> uniform(st, if(allow_nul, do: 0, else: 1), 0x7F)
+        2 -> uniform(st, 0x80, 0x7FF)
+        3 -> uniform(st, 0xE000, 0xFFFD)
+        4 -> uniform(st, 0x10000, 0x10FFFF)
+      end
+
+    char = <<cp::utf8>>
+
+    if byte_size(acc) + byte_size(char) > budget,
+      do: {acc, st},
+      else: utf8_chars(st, budget, allow_nul, acc <> char)
+  end
+
+  defp bytes(st, max) do
+    {len, st} = :rand.uniform_s(max + 1, st)
+
+    list_of(
+      st,
+      len - 1,
+      fn st -> :rand.uniform_s(256, st) end,
+      &IO.iodata_to_binary(for b <- &1, do: b - 1)
+    )
+  end
+
+  defp list_of(st, n, gen, finish \\ & &1) do
+    {items, st} = Enum.map_reduce(List.duplicate(nil, n), st, fn _, st -> gen.(st) end)
+
+    {finish.(items), st}
+  end
+
+  @doc false
+  # A random value of a normalized type.
+  def value(st, {:int, bits, sign, _}) do
+    {lo, hi} = Codec.int_range(bits, sign)
+    int(st, lo, hi)
+  end
+
+  def value(st, {:float, bits, _}), do: float(st, bits)
+  def value(st, :bool), do: (fn {n, st} -> {n == 1, st} end).(:rand.uniform_s(2, st))
+  def value(st, {:fixed_string, n}), do: utf8(st, n, false)
+  def value(st, {:string, prefix, max}), do: utf8(st, min(max, min(Type.max_value(prefix), 300)))
+  def value(st, {:binary, prefix, max}), do: bytes(st, min(max, min(Type.max_value(prefix), 300)))
+  def value(st, {:varint, bits, :unsigned}), do: int(st, 0, (1 <<< bits) - 1)
+
+  def value(st, {:varint, bits, :zigzag}),
+    do: int(st, -(1 <<< (bits - 1)), (1 <<< (bits - 1)) - 1)
+
+  def value(st, {:list, _count, element, max}) do
+    {n, st} = :rand.uniform_s(min(max, 8) + 1, st)
+    list_of(st, n - 1, &value(&1, element))
+  end
+
+  def value(st, {:struct, mod}) do
+    {pairs, st} =
+      Enum.map_reduce(mod.__packet__(:fields), st, fn {name, type, _}, st ->
+        {v, st} = value(st, type)
+        {{name, v}, st}
+      end)
+
+    {struct(mod, pairs), st}
+  end
+
+  @field_types [
+    :uint8,
+    :int8,
+    :uint16_le,
+    :uint16_be,
+    :int16_le,
+    :int16_be,
+    :uint32_le,
+    :uint32_be,
+    :int32_le,
+    :int32_be,
+    :uint64_le,
+    :uint64_be,
+    :int64_le,
+    :int64_be,
+    :float32_le,
+    :float32_be,
+    :float64_le,
+    :float64_be,
+    :bool,
+    {:fixed_string, 1},
+    {:fixed_string, 24},
+    {:string, :uint8},
+    {:string, :uint16_le},
+    {:string, :varuint32},
+    {:binary, :uint32_be},
+    {:binary, :varuint32},
+    :varuint32,
+    :varuint64,
+    :varint32,
+    :varint64,
+    {:list, :uint8, :int16_le},
+    {:list, :varuint32, {:string, :uint8}},
+    {:list, :uint16_le, Vec3},
+    {:list, :uint8, {:list, :uint8, :bool}},
+    Vec3,
+    Item,
+    Empty
+  ]
+
+  # ---- round trips -------------------------------------------------------------------
+
+  for declared <- @field_types do
+    test "every #{inspect(declared)} value round-trips through encode and decode" do
+      type = Type.normalize(unquote(Macro.escape(declared)))
+
+      Enum.reduce(1..@runs, seed(:erlang.phash2(unquote(Macro.escape(declared)))), fn i, st ->
+        {v, st} = value(st, type)
+        assert {:ok, bin} = Codec.encode(type, v), "run #{i}: #{inspect(v)}"
+        assert Codec.decode(type, bin) == {:ok, v, <<>>}, "run #{i}: #{inspect(v)}"
+        # With bytes after it, exactly those bytes are left.
+        assert Codec.decode(type, bin <> <<0xAB, 0xCD>>) == {:ok, v, <<0xAB, 0xCD>>}
+        st
+      end)
+    end
+  end
+
+  test "generated packets round-trip and agree byte for byte with the field-by-field reference" do
+    type = {:struct, Everything}
+
+    Enum.reduce(1..@runs, seed(1), fn i, st ->
+      {p, st} = value(st, type)
+      assert {:ok, body} = Everything.build(p), "run #{i}: #{inspect(p)}"
+      assert Everything.parse(body) == {:ok, p}, "run #{i}"
+      assert Codec.encode_fields(Everything, p) == {:ok, body}
+      assert Codec.decode_fields(Everything, body) == {:ok, p, <<>>}
+      assert RakNet.Packet.encode(p) == {:ok, <<0x90, body::binary>>}
+      st
+    end)
+  end
+
+  test "a packet with a wider id inside a message type" do
+    p = %Move{x: 1.5, y: -2.0, seq: 7}
+    assert Move.build(p) == {:ok, <<0, 0, 192, 63, 0, 0, 0, 192, 7, 0>>}
+
+    assert RakNet.Packet.encode(p) ==
+             {:ok, <<0x86, 0x02, 0x01, 0, 0, 192, 63, 0, 0, 0, 192, 7, 0>>}
+
+    assert Move.packet_id() == 0x0102
+    assert Move.dispatch_to() == :zone
+    assert Move.id_format() == {0x86, {:int, 16, :unsigned, :little}}
+    assert RakNet.Packet.header(Move) == <<0x86, 0x02, 0x01>>
+    assert %Move{} == %Move{x: 0.0, y: 0.0, seq: 0}
+  end
+
+  test "byte-exact encodings of varints (Bedrock's vectors) and fixed strings" do
+    enc = fn t, v -> Codec.encode(Type.normalize(t), v) end
+    assert enc.(:varuint32, 0) == {:ok, <<0>>}
+    assert enc.(:varuint32, 300) == {:ok, <<0xAC, 0x02>>}
+    assert enc.(:varuint32, 0xFFFFFFFF) == {:ok, <<0xFF, 0xFF, 0xFF, 0xFF, 0x0F>>}
+    assert enc.(:varint32, -1) == {:ok, <<1>>}
+    assert enc.(:varint32, 1) == {:ok, <<2>>}
+    assert enc.(:varint32, -2_147_483_648) == {:ok, <<0xFF, 0xFF, 0xFF, 0xFF, 0x0F>>}
+
+    assert enc.(:varint64, 9_223_372_036_854_775_807) ==
+             {:ok, <<0xFE>> <> :binary.copy(<<0xFF>>, 8) <> <<1>>}
+
+    assert enc.({:fixed_string, 6}, "bob") == {:ok, "bob\0\0\0"}
+  end
+
+  # ---- validation on build -------------------------------------------------------
+
+  test "build/1 returns an error naming the field for a value out of range, never raises" do
+    p = %Move{x: 1.0, y: 2.0, seq: 0}
+    assert Move.build(%{p | seq: 65_536}) == {:error, {Move, :seq, {:out_of_range, 65_536}}}
+    assert Move.build(%{p | seq: -1}) == {:error, {Move, :seq, {:out_of_range, -1}}}
+    assert Move.build(%{p | x: 1.0e39}) == {:error, {Move, :x, {:out_of_range, 1.0e39}}}
+    assert Move.build(%{p | y: "2"}) == {:error, {Move, :y, {:invalid, "2"}}}
+    assert Move.build(%{a: 1}) == {:error, {Move, nil, {:not_a_struct, %{a: 1}}}}
+    assert_raise ArgumentError, ~r/out_of_range/, fn -> Move.build!(%{p | seq: 70_000}) end
+
+    {e, _} = value(seed(3), {:struct, Everything})
+
+    assert Everything.build(%{e | name: String.duplicate("a", 25)}) ==
+             {:error, {Everything, :name, {:too_long, 25, 24}}}
+
+    assert Everything.build(%{e | name: "a\0b"}) == {:error, {Everything, :name, :contains_nul}}
+    assert Everything.build(%{e | text: <<0xFF>>}) == {:error, {Everything, :text, :invalid_utf8}}
+
+    assert Everything.build(%{e | vi32: 1 <<< 31}) ==
+             {:error, {Everything, :vi32, {:out_of_range, 1 <<< 31}}}
+
+    assert Everything.build(%{e | blob: :binary.copy("x", 301)}) ==
+             {:error, {Everything, :blob, {:too_long, 301, 300}}}
+
+    assert Everything.build(%{e | pos: %Vec3{x: 1.0, y: :up, z: 0.0}}) ==
+             {:error, {Everything, :pos, {Vec3, :y, {:invalid, :up}}}}
+
+    assert Everything.build(%{e | items: [%Item{}, %Item{kind: -1}]}) ==
+             {:error, {Everything, :items, {:element, 1, {Item, :kind, {:out_of_range, -1}}}}}
+
+    assert Everything.build(%{e | scores: Enum.to_list(1..21)}) ==
+             {:error, {Everything, :scores, {:too_many, 21, 20}}}
+  end
+
+  # ---- malformed input -----------------------------------------------------------
+
+  test "every truncation of a valid packet is an error naming the packet and a field" do
+    Enum.reduce(1..50, seed(4), fn _, st ->
+      {p, st} = value(st, {:struct, Everything})
+      {:ok, body} = Everything.build(p)
+
+      for n <- 0..(byte_size(body) - 1) do
+        assert {:error, {Everything, field, _reason}} = Everything.parse(binary_part(body, 0, n))
+        assert field in Map.keys(Map.from_struct(p))
+      end
+
+      assert Everything.parse(body <> "x") == {:error, {Everything, nil, {:trailing_bytes, 1}}}
+      st
+    end)
+  end
+
+  test "random bytes and bit flips never raise, for every packet and set" do
+    modules = [Everything, Move, Vec3, Item, Empty, Flags]
+
+    Enum.reduce(1..3_000, seed(5), fn _, st ->
+      {bin, st} = bytes(st, 120)
+
+      for mod <- modules do
+        # The generated fast path says what the field-by-field reference says.
+        assert mod.parse(bin) == RakNet.Packet.__explain__(mod, bin)
+
+        case mod.parse(bin) do
+          # Not necessarily the same bytes (a varint need not be the shortest, a fixed
+          # string may hide bytes after its NUL), but the same packet.
+          {:ok, p} -> assert mod.parse(mod.build!(p)) == {:ok, p}
+          {:error, {^mod, _field, _reason}} -> :ok
+        end
+      end
+
+      {p, st} = value(st, {:struct, Everything})
+      {:ok, body} = Everything.build(p)
+      {pos, st} = :rand.uniform_s(byte_size(body), st)
+      {bit, st} = :rand.uniform_s(8, st)
+      <<pre::binary-size(pos - 1), b, post::binary>> = body
+      flipped = <<pre::binary, bxor(b, 1 <<< (bit - 1)), post::binary>>
+
+      case Everything.parse(flipped) do
+        {:ok, q} -> assert Everything.parse(Everything.build!(q)) == {:ok, q}
+        {:error, {Everything, _field, _reason}} -> :ok
+      end
+
+      st
+    end)
+  end
+
+  test "malformed values are named precisely" do
+    vu32 = Type.normalize(:varuint32)
+
+    assert Codec.decode(vu32, <<0x80, 0x80, 0x80, 0x80, 0x80, 0x01>>) ==
+             {:error, :varint_too_long}
+
+    assert Codec.decode(vu32, <<0xFF, 0xFF, 0xFF, 0xFF, 0x1F>>) == {:error, :varint_overflow}
+    assert Codec.decode(vu32, <<0x80, 0x80>>) == {:error, :truncated}
+
+    assert Codec.decode(Type.normalize(:varuint64), :binary.copy(<<0x80>>, 10) <> <<0>>) ==
+             {:error, :varint_too_long}
+
+    assert Codec.decode(:bool, <<2>>) == {:error, {:invalid_bool, 2}}
+    assert Flags.parse(<<7, 1, 0>>) == {:ok, %Flags{a: 7, b: true, c: false}}
+    assert Flags.parse(<<7, 2, 0>>) == {:error, {Flags, :b, {:invalid_bool, 2}}}
+    assert Flags.parse(<<7, 0, 255>>) == {:error, {Flags, :c, {:invalid_bool, 255}}}
+
+    assert Codec.decode(Type.normalize(:float32_le), <<0, 0, 0xC0, 0x7F>>) ==
+             {:error, :not_finite}
+
+    assert Codec.decode(Type.normalize(:float64_be), <<0x7F, 0xF0, 0, 0, 0, 0, 0, 0>>) ==
+             {:error, :not_finite}
+
+    assert Codec.decode(Type.normalize({:string, :uint8}), <<2, 0xC3, 0x28>>) ==
+             {:error, :invalid_utf8}
+
+    assert Codec.decode(Type.normalize({:fixed_string, 2}), <<0xC3, 0x28>>) ==
+             {:error, :invalid_utf8}
+
+    assert Codec.decode(Type.normalize({:fixed_string, 4}), <<"ab", 0, "z">>) == {:ok, "ab", <<>>}
+
+    assert Codec.decode(
+             Type.normalize({:binary, :uint32_le}, max: 10),
+             <<0xFF, 0xFF, 0xFF, 0xFF>>
+           ) ==
+             {:error, {:too_long, 0xFFFFFFFF, 10}}
+
+    # A count past the bytes: the elements run out, nothing is allocated up front.
+    assert Codec.decode(
+             Type.normalize({:list, :uint32_le, :uint8}),
+             <<0xFF, 0xFF, 0xFF, 0xFF, 1>>
+           ) ==
+             {:error, {:element, 1, :truncated}}
+
+    # Elements that take no bytes are bounded by default.
+    assert Codec.decode(Type.normalize({:list, :uint32_le, Empty}), <<0xFF, 0xFF, 0xFF, 0xFF>>) ==
+             {:error, {:too_many, 0xFFFFFFFF, 65_536}}
+
+    assert Everything.parse(:nope) == {:error, {Everything, nil, {:not_a_binary, :nope}}}
+  end
+
+  test "declarations are checked at compile time" do
+    assert_raise ArgumentError, ~r/unknown field type/, fn ->
+      defmodule BadType do
+        use RakNet.Packet
+        field(:x, :uint17)
+      end
+    end
+
+    assert_raise ArgumentError, ~r/declared twice/, fn ->
+      defmodule Twice do
+        use RakNet.Packet
+        field(:x, :uint8)
+        field(:x, :uint8)
+      end
+    end
+
+    assert_raise ArgumentError, ~r/message type byte/, fn ->
+      defmodule WideNoType do
+        use RakNet.Packet, id: 300
+      end
+    end
+
+    assert_raise ArgumentError, ~r/unsigned integer type/, fn ->
+      defmodule BadPrefix do
+        use RakNet.Packet
+        field(:s, {:string, :int8})
+      end
+    end
+  end
+end
