@@ -36,7 +36,16 @@ defmodule Mix.Tasks.Raknet.Top do
       end
 
     mode = if String.contains?(host, "."), do: :longnames, else: :shortnames
-    me = :"raknet_top_#{System.unique_integer([:positive])}"
+    me = "raknet_top_#{System.unique_integer([:positive])}"
+
+    # A long name needs a host part: the loopback address for a node on this machine by
+    # address, else the one Erlang derives from the host's name and domain.
+    me =
+      case {mode, :inet.parse_address(String.to_charlist(host))} do
+        {:longnames, {:ok, {127, _, _, _}}} -> :"#{me}@127.0.0.1"
+        {:longnames, {:ok, {0, 0, 0, 0, 0, 0, 0, 1}}} -> :"#{me}@::1"
+        _ -> String.to_atom(me)
+      end
 
     unless Node.alive?() do
       case :net_kernel.start([me, mode]) do

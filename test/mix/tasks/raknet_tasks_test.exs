@@ -103,6 +103,33 @@ defmodule Mix.Tasks.Raknet.TasksTest do
     assert output =~ "msgs in/s"
   end
 
+  test "raknet.top attaches to a node with a long name" do
+    if Node.alive?(), do: :net_kernel.stop()
+    {_, 0} = System.cmd("epmd", ["-daemon"])
+
+    {:ok, _} =
+      :net_kernel.start([
+        :"raknet_long_#{System.unique_integer([:positive])}@127.0.0.1",
+        :longnames
+      ])
+
+    on_exit(fn -> :net_kernel.stop() end)
+    port = start_server([])
+
+    {output, status} =
+      mix("raknet.top", [
+        "--node",
+        Atom.to_string(node()),
+        "--cookie",
+        Atom.to_string(Node.get_cookie()),
+        "--frames",
+        "1"
+      ])
+
+    assert status == 0, output
+    assert output =~ ~r/udp #{port}\n/
+  end
+
   test "raknet.top exits 1 when the node cannot be reached" do
     {output, status} =
       mix("raknet.top", ["--node", "nobody@localhost", "--cookie", "x", "--frames", "1"])
