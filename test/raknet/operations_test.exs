@@ -28,6 +28,8 @@ defmodule RakNet.OperationsTest do
 
     assert :ok = RakNet.Server.resume(server)
     assert {:ok, _newcomer} = RakNet.connect("127.0.0.1", port)
+    # Its connection process starts once the handshake is done: wait for it.
+    assert_receive {:client_new, _}, 5_000
     assert RakNet.Server.info(server).connections == 2
   end
 
