@@ -614,7 +614,7 @@ mod tests {
         for i in 0..2000 {
             f.on_sent(sent(seq, t, vec![(reliable(i), None)], vec![], vec![]));
             if i % 4 == 0 {
-                f.on_nak(DatagramSeq::new(seq), &mut cc, &mut out);
+                f.on_nak(DatagramSeq::new(seq), t, Duration::ZERO, &mut cc, &mut out);
                 seq += 1;
                 let resent = f.take_resend(DatagramSeq::new(seq)).unwrap();
                 f.on_sent(sent(seq, t, vec![], vec![resent.message_index], vec![]));
@@ -632,7 +632,7 @@ mod tests {
             vec![],
             vec![],
         ));
-        f.on_nak(DatagramSeq::new(seq), &mut cc, &mut out);
+        f.on_nak(DatagramSeq::new(seq), t, Duration::ZERO, &mut cc, &mut out);
         f.on_ack(DatagramSeq::new(seq + 1), t, &mut rtt, &mut cc, &mut out);
         assert_eq!(f.records(), 2);
         f.on_ack(DatagramSeq::new(seq), t, &mut rtt, &mut cc, &mut out);
