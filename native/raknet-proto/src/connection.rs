@@ -1223,14 +1223,17 @@ impl Connection {
         }
     }
 
-    /// The tail-loss probe timeout: two smoothed RTTs plus the longest a peer holds its ACK
-    /// ([`MAX_PEER_ACK_DELAY`], or our own `ack_delay` if longer). `None` before an RTT
-    /// sample, or when the RTO would come first anyway.
+    /// The tail-loss probe timeout, as QUIC's: the smoothed RTT, four deviations, and the
+    /// longest a peer holds its ACK ([`MAX_PEER_ACK_DELAY`], or our own `ack_delay` if
+    /// longer); about two RTTs on a 20 ms path, where the RTO (2 SRTT + 4 RTTVAR + 30 ms) is
+    /// nearer four. `None` before an RTT sample, or when the RTO would come first anyway (while
+    /// it backs off).
     fn pto(&self) -> Option<Duration> {
         if !self.rtt.has_sample() {
             return None;
         }
-        let pto = 2 * self.rtt.srtt() + MAX_PEER_ACK_DELAY.max(self.config.ack_delay);
+        let ack_delay = MAX_PEER_ACK_DELAY.max(self.config.ack_delay);
+        let pto = self.rtt.srtt() + 4 * self.rtt.rttvar() + ack_delay;
         (pto < self.current_rto()).then_some(pto)
     }
 
