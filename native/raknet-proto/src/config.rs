@@ -135,12 +135,14 @@ impl Default for AdmissionLimits {
 pub enum CongestionControl {
     /// Rate- and delay-based ([`crate::Bbr`]): paces at the measured bottleneck bandwidth and
     /// keeps about a bandwidth-delay product in flight. Random loss does not slow it down;
-    /// only heavy, persistent loss (over 20 % of two consecutive round trips) does.
-    #[default]
+    /// only heavy, persistent loss (over 20 % of two consecutive round trips) does. Not yet
+    /// the default: two BBR flows sharing a bottleneck are not within 20 % of each other, and
+    /// keep a standing queue of about two BDPs (see `tests/congestion.rs`).
     Bbr,
     /// Loss-based, as official RakNet ([`crate::SlidingWindow`], Reno-like): slow start,
     /// congestion avoidance, 0.7× on a NAK. Every loss reads as congestion, so throughput
-    /// falls steeply on a lossy path (about 1/√loss).
+    /// falls steeply on a lossy path (about 1/√loss), and it fills a bottleneck's queue.
+    #[default]
     Reno,
 }
 
@@ -205,7 +207,7 @@ pub struct EndpointConfig {
     /// merely reordered arrives within it and no spurious resend happens. Official RakNet
     /// NAKs at once (zero). Default 5 ms.
     pub nak_delay: Duration,
-    /// Congestion control of the data we send. Default [`CongestionControl::Bbr`].
+    /// Congestion control of the data we send. Default [`CongestionControl::Reno`].
     pub congestion: CongestionControl,
     /// Unreliable messages queued longer than this are discarded unsent. Default 1 s.
     pub unreliable_timeout: Duration,

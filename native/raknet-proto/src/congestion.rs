@@ -3,10 +3,10 @@
 //! Two controllers implement [`Controller`], chosen per endpoint with
 //! [`crate::CongestionControl`]:
 //!
-//! - [`Bbr`] (the default): rate- and delay-based, after BBR. It estimates the bottleneck
+//! - [`Bbr`]: rate- and delay-based, after BBR. It estimates the bottleneck
 //!   bandwidth and the round-trip propagation time from delivery-rate samples
 //!   ([`DeliverySample`]) and paces at that rate, so random loss does not slow it down.
-//! - [`SlidingWindow`]: loss-based, as official RakNet.
+//! - [`SlidingWindow`] (the default, "Reno"): loss-based, as official RakNet.
 //!
 //! [`SlidingWindow`] follows official RakNet's `CCRakNetSlidingWindow` (protocol reference
 //! §10): a TCP-Reno-like window in bytes, slow start from a small window, congestion

@@ -322,6 +322,86 @@ fn bottleneck(queue: usize) -> LinkConfig {
         .with_delay(ONE_WAY)
 }
 
+/// Two flows through one bottleneck, the second starting a second after the first, get within
+/// 20 % of each other's throughput once both run, and together use the link.
+///
+/// Not met yet: BBR flows get 0.72 and 1.24 MB/s of the 2 MB/s (Reno 0.87 and 1.10). Each
+/// flow's bandwidth estimate is a maximum that keeps its probing peaks, and nothing pulls the
+/// larger one down within these seconds (BBRv1's ProbeRTT every 10 s is what slowly does).
+#[test]
+#[ignore = "BBR misses it: 0.72 vs 1.24 MB/s (issue #14)"]
+fn two_flows_share_a_bottleneck_fairly() {
+    let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
+    let mut net = Net::new(CongestionControl::Bbr, 2, bottleneck(4 * bdp));
+    net.connect_all();
+    let t0 = net.elapsed();
+    net.starts = vec![Some(t0), Some(t0 + Duration::from_secs(1))];
+    let (from, to) = (t0 + Duration::from_secs(4), t0 + Duration::from_secs(12));
+    net.run(to, Duration::from_secs(1), |_| {});
+    let secs = (to - from).as_secs_f64();
+    let a = net.delivered(0, from, to) as f64 / secs;
+    let b = net.delivered(1, from, to) as f64 / secs;
+    eprintln!("flow rates {a:.0} and {b:.0} B/s over a {BOTTLENECK} B/s bottleneck");
+    assert!(a.min(b) >= 0.8 * a.max(b), "unfair: {a:.0} vs {b:.0} B/s");
+    assert!(a + b >= 0.85 * BOTTLENECK as f64, "{a:.0} + {b:.0} B/s");
+}
+
+/// A bottleneck with a deep queue (ten BDPs): a loss-based controller fills it (its RTT
+/// grows to several times the base), BBR keeps it short. The queueing delay, sampled every
+/// 5 ms after startup, stays under one base RTT (RTT under twice the base) for two flows.
+///
+/// Not met yet: with BBR the mean is 49 ms, the maximum 58 ms (Reno: mean 154 ms, the full
+/// 200 ms queue). Two flows overestimate together and sit at their window (2 BDP plus the ACK
+/// aggregation allowance) instead of their pacing rate.
+#[test]
+#[ignore = "BBR misses it: mean queueing delay 49 ms for a 20 ms base RTT (issue #14)"]
+fn queueing_delay_stays_under_the_base_rtt() {
+    let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
+    let mut net = Net::new(CongestionControl::Bbr, 2, bottleneck(10 * bdp));
+    net.connect_all();
+    let t0 = net.elapsed();
+    net.starts = vec![Some(t0), Some(t0)];
+    let warm = t0 + Duration::from_secs(1);
+    let mut delays = Vec::new();
+    net.run(
+        t0 + Duration::from_secs(6),
+        Duration::from_millis(5),
+        |net| {
+            if std::env::var("DBG").is_ok() && (net.elapsed().as_millis() % 100 == 0) {
+                let st: Vec<_> = (0..2)
+                    .map(|i| {
+                        net.clients[i]
+                            .connection_stats(net.conns[i].unwrap())
+                            .map(|s| (s.cwnd, s.bytes_in_flight, s.srtt.as_millis()))
+                    })
+                    .collect();
+                eprintln!(
+                    "{:?} q {} {:?}",
+                    net.elapsed(),
+                    net.up.queued_bytes(net.now),
+                    st
+                );
+            }
+            if net.elapsed() >= warm {
+                let queued = net.up.queued_bytes(net.now) as f64;
+                delays.push(Duration::from_secs_f64(queued / BOTTLENECK as f64));
+            }
+        },
+    );
+    delays.sort();
+    let p99 = delays[delays.len() * 99 / 100];
+    let max = *delays.last().unwrap();
+    let mean = delays.iter().sum::<Duration>() / delays.len() as u32;
+    eprintln!("queueing delay: mean {mean:?}, p99 {p99:?}, max {max:?}");
+    assert!(max < BASE_RTT, "p99 {p99:?} max {max:?}");
+    let delivered = net.delivered(0, warm, t0 + Duration::from_secs(6))
+        + net.delivered(1, warm, t0 + Duration::from_secs(6));
+    assert!(
+        delivered as f64 / 5.0 >= 0.85 * BOTTLENECK as f64,
+        "{delivered} bytes in 5 s"
+    );
+}
+
 /// A bottleneck narrower than what the sender could offer, with a shallow queue (half a
 /// BDP): the controller settles at the bottleneck rate and the queue drops stay a small
 /// share of what was sent.

@@ -6,7 +6,7 @@
 //!    messages/s and ns of CPU per message (send + receive + ACK processing, both sides).
 //! 2. One 16 MiB RELIABLE_ORDERED message over a 10 ms one-way link at 0 %, 1 % and 5 % loss:
 //!    completion time and MB/s in virtual time (protocol efficiency), and the CPU it took; with
-//!    each congestion controller (BBR, the default, and Reno), then with BBR and room for more
+//!    each congestion controller (BBR, and Reno, the default), then with BBR and room for more
 //!    reliable frames in flight. `engine bulk` runs only these.
 
 use std::net::SocketAddr;

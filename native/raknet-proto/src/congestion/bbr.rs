@@ -22,6 +22,9 @@ const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
 const FULL_BW_GROWTH: f64 = 1.25;
 /// … over this many rounds.
 const FULL_BW_ROUNDS: u32 = 3;
+/// Longest a peer holds its ACKs (official RakNet: 10 ms after arrival on an update tick of up
+/// to 10 ms): the ACK-aggregation allowance is at most this much of the bandwidth.
+const MAX_ACK_AGGREGATION: Duration = Duration::from_millis(20);
 /// Smallest window, in datagrams (also ProbeRTT's window).
 const MIN_WINDOW_DATAGRAMS: usize = 4;
 /// Share of a round's bytes lost above which the round counts as heavily lossy.
@@ -383,15 +386,30 @@ impl Bbr {
             expected = 0.0;
         }
         self.aggregation_bytes += acked as u64;
-        let extra = (self.aggregation_bytes as f64 - expected).min(self.cwnd as f64);
+        // At most what the bandwidth delivers while a peer holds its ACKs (a longer burst is
+        // not aggregation), and at most the window.
+        let cap = if bw > 0.0 {
+            (bw * MAX_ACK_AGGREGATION.as_secs_f64()).max(self.initial_window() as f64)
+        } else {
+            f64::MAX
+        };
+        let extra = (self.aggregation_bytes as f64 - expected)
+            .min(self.cwnd as f64)
+            .min(cap);
         self.extra_acked
             .update(self.round, extra.max(0.0), BW_WINDOW_ROUNDS);
     }
 
     fn set_cwnd(&mut self, acked: usize) {
-        // The path holds the BDP plus what the peer's ACKs hold back (aggregation): the
-        // gain applies to both, so that with batched ACKs startup still doubles per round.
-        let extra = self.cwnd_gain * self.extra_acked.get();
+        // The path holds the BDP plus what the peer's ACKs hold back (aggregation). In startup
+        // the gain applies to both, so that with batched ACKs the window still doubles per
+        // round; afterwards the aggregation is allowed for once.
+        let extra_gain = if self.filled_pipe {
+            1.0
+        } else {
+            self.cwnd_gain
+        };
+        let extra = extra_gain * self.extra_acked.get();
         let target = match self.bdp(self.cwnd_gain) {
             Some(bdp) => bdp + extra as usize + 3 * self.mtu,
             None => self.initial_window(),
