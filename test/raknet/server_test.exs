@@ -523,7 +523,8 @@ defmodule RakNet.ServerTest do
                  :pong_bytes_per_sec,
                  :pong_amplification,
                  :advertised_ip,
-                 :strip_timestamps
+                 :strip_timestamps,
+                 :congestion_control
                ])
     end
 
