@@ -98,7 +98,7 @@ defmodule RakNet.Server.Config do
       RakNet's loss-based sliding window: every lost datagram halves (0.7x) its window, so on
       a lossy path throughput collapses (a 16 MiB message at 20 ms RTT: 40 MB/s without loss,
       1.0 MB/s at 1 % loss, 0.4 MB/s at 5 %). `:bbr` paces at the measured bottleneck
-      bandwidth and ignores random loss (43 / 40 / 38 MB/s), reacting only to heavy,
+      bandwidth and ignores random loss (43 / 40 / 31 MB/s), reacting only to heavy,
       persistent loss; it is not yet fair between flows sharing a bottleneck. Only the
       sender's choice matters (peers need nothing). Default `:reno`.
   """
