@@ -127,6 +127,15 @@ defmodule RakNet.ServerTest do
     end
   end
 
+  test "a server with BBR congestion control echoes 1 MB intact" do
+    {_server, %{ipv4_port: port}} = start_server(congestion_control: :bbr)
+    {conn, _} = connect(port)
+    payload = <<0x86, :crypto.strong_rand_bytes(999_999)::binary>>
+    assert {:ok, nil} = Connection.send(conn, :reliable_ordered, payload)
+    <<type, rest::binary>> = payload
+    assert_receive {:raknet, ^conn, ^type, ^rest, _}, 10_000
+  end
+
   test "ack receipts reach both sides" do
     {_server, %{ipv4_port: port}} = start_server()
     {conn, server_side} = connect(port)
@@ -397,6 +406,7 @@ defmodule RakNet.ServerTest do
           {[max_pending_deliveries: 15], ":max_pending_deliveries must be an integer >= 16"},
           {[max_pending_bytes: 1_000], ":max_pending_bytes must be an integer >= 65536"},
           {[max_buffered_bytes: 1_000], ":max_buffered_bytes must be an integer >= 1048576"},
+          {[congestion_control: :cubic], ":congestion_control must be :reno or :bbr"},
           {[open_ipv4_socket: false, open_ipv6_socket: false], "at least one of"},
           {[bogus: 1], "unknown option :bogus for RakNet.Server"},
           {[client_module: Other], "unknown option :client_module"},
@@ -451,6 +461,10 @@ defmodule RakNet.ServerTest do
       native = RakNet.Server.Config.to_native(config, :inet6)
       assert %{host: "::", port: 19_132, accept_incoming: true, timeout_ms: 10_000} = native
       assert %{advertised_ip: nil, strip_timestamps: true} = native
+      assert %{congestion_control: :reno} = native
+
+      bbr = RakNet.Server.Config.new(EchoClient, 0, congestion_control: :bbr)
+      assert %{congestion_control: :bbr} = RakNet.Server.Config.to_native(bbr, :inet)
     end
 
     test "SEPARATE_IPV6_PORT=false turns the IPv6 socket off by default" do
@@ -509,7 +523,8 @@ defmodule RakNet.ServerTest do
                  :pong_bytes_per_sec,
                  :pong_amplification,
                  :advertised_ip,
-                 :strip_timestamps
+                 :strip_timestamps,
+                 :congestion_control
                ])
     end
 

@@ -318,6 +318,15 @@ impl Bottleneck {
         Some(done)
     }
 
+    /// Bytes not yet fully serialised at `now`.
+    fn queued(&self, now: Instant) -> usize {
+        self.backlog
+            .iter()
+            .filter(|(done, _)| *done > now)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Start a new busy period where the current one ends (the rate is about to change).
     fn rebase(&mut self) {
         self.busy_since = self.free_at;
@@ -459,6 +468,12 @@ impl Link {
     /// Datagrams (copies included) scheduled and not yet delivered.
     pub fn in_flight(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Bytes waiting in the bandwidth queue at `now` (the datagram being serialised included):
+    /// the queueing delay is this over the bandwidth. Always 0 without a bandwidth limit.
+    pub fn queued_bytes(&self, now: Instant) -> usize {
+        self.bottleneck.queued(now)
     }
 }
 
@@ -709,6 +724,24 @@ mod tests {
         let secs = Duration::from_secs;
         assert_eq!(times, [secs(1), secs(2), secs(3)]);
         assert_eq!(link.stats().dropped_queue, 3);
+        assert_eq!(link.queued_bytes(t0 + Duration::from_secs(10)), 0);
+    }
+
+    #[test]
+    fn queued_bytes_drain_at_the_rate() {
+        let t0 = Instant::now();
+        // 1000 bytes per second: three 500-byte datagrams leave at 0.5, 1 and 1.5 s.
+        let mut link = Link::new(LinkConfig::default().with_bandwidth(1000, usize::MAX), 5);
+        assert_eq!(link.queued_bytes(t0), 0);
+        for _ in 0..3 {
+            link.send(t0, vec![0; 500]);
+        }
+        assert_eq!(link.queued_bytes(t0), 1500);
+        assert_eq!(link.queued_bytes(t0 + ms(500)), 1000);
+        assert_eq!(link.queued_bytes(t0 + ms(1499)), 500);
+        assert_eq!(link.queued_bytes(t0 + ms(1500)), 0);
+        let unlimited = Link::new(LinkConfig::default(), 5);
+        assert_eq!(unlimited.queued_bytes(t0), 0);
     }
 
     #[test]

@@ -42,6 +42,9 @@ rustler::atoms! {
     unreliable_ack_receipt,
     reliable_ack_receipt,
     reliable_ordered_ack_receipt,
+    // congestion control
+    reno,
+    bbr,
     // priorities
     immediate,
     high,

@@ -4,8 +4,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use raknet_proto::{
-    AdmissionLimits, ConnectError, ConnectionStats, DisconnectReason, EndpointConfig, Limit,
-    Limits, Priority, Reliability,
+    AdmissionLimits, CongestionControl, ConnectError, ConnectionStats, DisconnectReason,
+    EndpointConfig, Limit, Limits, Priority, Reliability,
 };
 use rustler::{Atom, Encoder, Env, Term};
 
@@ -87,6 +87,12 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         _ => None,
     };
     let strip_timestamps = get::<bool>(map, "strip_timestamps").unwrap_or(true);
+    let congestion = match opt::<Atom>(map, "congestion_control")? {
+        None => CongestionControl::default(),
+        Some(a) if a == atoms::reno() => CongestionControl::Reno,
+        Some(a) if a == atoms::bbr() => CongestionControl::Bbr,
+        Some(_) => return Err("congestion_control"),
+    };
     let config = EndpointConfig {
         rng_seed: seed(),
         guid,
@@ -103,6 +109,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         datagram_timestamps: get(map, "include_timestamp_with_datagrams")?,
         advertised_ip,
         strip_timestamps,
+        congestion,
         timeout: Duration::from_millis(timeout_ms.max(100)),
         offline_ping_response: bytes::Bytes::copy_from_slice(offline.as_slice()),
         limits: Limits {
@@ -302,6 +309,7 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("naks_received", s.naks_received),
         ("naks_sent", s.naks_sent),
         ("datagrams_lost", s.datagrams_lost),
+        ("tail_probes", s.tail_probes),
         ("duplicates", s.duplicates),
         ("stale_dropped", s.stale_dropped),
         ("expired_unsent", s.expired_unsent),

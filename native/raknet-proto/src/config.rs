@@ -129,6 +129,23 @@ impl Default for AdmissionLimits {
     }
 }
 
+/// Which congestion controller the connections of an endpoint use (see
+/// [`crate::Controller`]). Only the sender's choice matters: the wire format is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CongestionControl {
+    /// Rate- and delay-based ([`crate::Bbr`]): paces at the measured bottleneck bandwidth and
+    /// keeps about a bandwidth-delay product in flight. Random loss does not slow it down;
+    /// only heavy, persistent loss (over 20 % of two consecutive round trips) does. Not yet
+    /// the default: two BBR flows sharing a bottleneck are not within 20 % of each other, and
+    /// keep a standing queue of about two BDPs (see `tests/congestion.rs`).
+    Bbr,
+    /// Loss-based, as official RakNet ([`crate::SlidingWindow`], Reno-like): slow start,
+    /// congestion avoidance, 0.7× on a NAK. Every loss reads as congestion, so throughput
+    /// falls steeply on a lossy path (about 1/√loss), and it fills a bottleneck's queue.
+    #[default]
+    Reno,
+}
+
 /// Configuration of an [`crate::Endpoint`] and of every connection it owns.
 ///
 /// Build one with struct-update syntax:
@@ -190,6 +207,8 @@ pub struct EndpointConfig {
     /// merely reordered arrives within it and no spurious resend happens. Official RakNet
     /// NAKs at once (zero). Default 5 ms.
     pub nak_delay: Duration,
+    /// Congestion control of the data we send. Default [`CongestionControl::Reno`].
+    pub congestion: CongestionControl,
     /// Unreliable messages queued longer than this are discarded unsent. Default 1 s.
     pub unreliable_timeout: Duration,
     /// How long a closing connection waits for its last messages to be acknowledged.
@@ -231,6 +250,7 @@ impl Default for EndpointConfig {
             ping_interval: Duration::from_secs(5),
             ack_delay: Duration::from_millis(10),
             nak_delay: Duration::from_millis(5),
+            congestion: CongestionControl::default(),
             unreliable_timeout: Duration::from_secs(1),
             close_linger: Duration::from_secs(1),
             offline_ping_response: bytes::Bytes::new(),

@@ -1,5 +1,13 @@
 //! Congestion control behind a small trait, and a pacer.
 //!
+//! Two controllers implement [`Controller`], chosen per endpoint with
+//! [`crate::CongestionControl`]:
+//!
+//! - [`Bbr`]: rate- and delay-based, after BBR. It estimates the bottleneck
+//!   bandwidth and the round-trip propagation time from delivery-rate samples
+//!   ([`DeliverySample`]) and paces at that rate, so random loss does not slow it down.
+//! - [`SlidingWindow`] (the default, "Reno"): loss-based, as official RakNet.
+//!
 //! [`SlidingWindow`] follows official RakNet's `CCRakNetSlidingWindow` (protocol reference
 //! §10): a TCP-Reno-like window in bytes, slow start from a small window, congestion
 //! avoidance, a halving on NAK and a collapse on retransmission timeout, each at most once
@@ -11,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use crate::seq::DatagramSeq;
 
+mod bbr;
+
+pub use bbr::Bbr;
+
 /// What made the sender suspect congestion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CongestionEvent {
@@ -20,19 +32,73 @@ pub enum CongestionEvent {
     Timeout,
 }
 
-/// A congestion controller: how many bytes may be unacknowledged at once.
+/// What the acknowledgement of one datagram tells about the path: a delivery-rate sample
+/// as in draft-cheng-iccrg-delivery-rate-estimation, taken by the in-flight bookkeeping.
+///
+/// `delivered - prior_delivered` bytes were acknowledged over `interval`: the longer of the
+/// time it took to send them and the time it took to acknowledge them, so that neither a
+/// burst of sends nor a compressed burst of ACKs inflates the rate. The interval is at
+/// least this datagram's round trip.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeliverySample {
+    /// When the acknowledgement arrived.
+    pub now: Instant,
+    /// This datagram's send → acknowledgement time.
+    pub rtt: Duration,
+    /// This datagram's size in bytes.
+    pub bytes: usize,
+    /// Bytes acknowledged on the connection so far, this datagram included.
+    pub delivered: u64,
+    /// Bytes acknowledged when this datagram was sent.
+    pub prior_delivered: u64,
+    /// The time over which `delivered - prior_delivered` bytes were delivered.
+    pub interval: Duration,
+    /// The sender had nothing more to send when this datagram went: the rate measures the
+    /// application, not the path.
+    pub app_limited: bool,
+    /// Bytes still in flight after this acknowledgement.
+    pub bytes_in_flight: usize,
+}
+
+impl DeliverySample {
+    /// The delivery rate in bytes per second, if the interval is not zero.
+    pub fn rate(&self) -> Option<f64> {
+        let secs = self.interval.as_secs_f64();
+        (secs > 0.0).then(|| (self.delivered - self.prior_delivered) as f64 / secs)
+    }
+}
+
+/// A congestion controller: how many bytes may be unacknowledged at once, and how fast they
+/// may go.
+///
+/// The engine calls [`Controller::on_sent`] for every data datagram, then for each one
+/// either [`Controller::on_ack`] and [`Controller::on_delivery`], or
+/// [`Controller::on_congestion_event`] then [`Controller::on_lost`]. The rate-related
+/// methods have defaults, so a purely window-based controller needs only the others.
 pub trait Controller: fmt::Debug + Send {
     /// Bytes that may be in flight (sent and not yet acknowledged or declared lost).
     fn window(&self) -> usize;
     /// A datagram of `bytes` was acknowledged. `app_limited` is true when the sender had
     /// no data waiting at the time, in which case the window should not grow.
     fn on_ack(&mut self, seq: DatagramSeq, bytes: usize, app_limited: bool);
+    /// The delivery-rate sample of an acknowledged datagram (after [`Controller::on_ack`]).
+    fn on_delivery(&mut self, _sample: &DeliverySample) {}
     /// A datagram numbered `seq` was lost.
     fn on_congestion_event(&mut self, seq: DatagramSeq, event: CongestionEvent);
+    /// The datagram numbered `seq`, of `bytes`, was declared lost (called right after
+    /// [`Controller::on_congestion_event`] for it).
+    fn on_lost(&mut self, _seq: DatagramSeq, _bytes: usize) {}
     /// A datagram numbered `seq` was sent.
     fn on_sent(&mut self, seq: DatagramSeq);
     /// Whether the controller is in slow start (reported in the datagram flag byte).
     fn in_slow_start(&self) -> bool;
+    /// The rate at which to pace datagrams, in bytes per second, given the smoothed RTT;
+    /// `None` sends as fast as the window allows. The default spreads 1.25 windows over a
+    /// round trip (none without an RTT sample).
+    fn pacing_rate(&self, srtt: Duration) -> Option<f64> {
+        let rtt = srtt.as_secs_f64();
+        (rtt > 0.0).then(|| 1.25 * self.window() as f64 / rtt)
+    }
 }
 
 /// Official RakNet's sliding window, with explicit bounds.
@@ -139,8 +205,9 @@ impl Pacer {
         }
     }
 
-    /// When a datagram of `bytes` may go, given the window and smoothed RTT: `None` means
-    /// now. A zero RTT (no sample, or loopback) disables pacing.
+    /// When a datagram of `bytes` may go, given the window and smoothed RTT (paced at 1.25
+    /// windows per RTT): `None` means now. A zero RTT (no sample, or loopback) disables
+    /// pacing.
     pub fn delay(
         &mut self,
         now: Instant,
@@ -148,7 +215,19 @@ impl Pacer {
         window: usize,
         srtt: Duration,
     ) -> Option<Instant> {
-        let rate = Self::rate(window, srtt)?;
+        self.delay_at(now, bytes, Self::rate(window, srtt), window)
+    }
+
+    /// When a datagram of `bytes` may go at `rate` bytes per second (`None`: unpaced), with
+    /// bursts of at most `window` bytes: `None` means now.
+    pub fn delay_at(
+        &mut self,
+        now: Instant,
+        bytes: usize,
+        rate: Option<f64>,
+        window: usize,
+    ) -> Option<Instant> {
+        let rate = rate.filter(|r| r.is_finite() && *r > 0.0)?;
         let last = *self.last.get_or_insert(now);
         // At least the configured burst; at most a window.
         let burst = (rate * PACING_GRANULARITY.as_secs_f64())

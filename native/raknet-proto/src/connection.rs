@@ -15,9 +15,9 @@ use bytes::Bytes;
 
 use crate::clock::ClockSync;
 use crate::codec::Encode;
-use crate::config::EndpointConfig;
+use crate::config::{CongestionControl, EndpointConfig};
 
-use crate::congestion::{Controller, Pacer, SlidingWindow};
+use crate::congestion::{Bbr, Controller, Pacer, SlidingWindow};
 use crate::datagram::{
     Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
@@ -163,6 +163,29 @@ const MAX_BACKOFF: u32 = 5;
 /// forged NAK of 0..8191 must not make us resend everything at once.
 const MIN_NAKS_PER_RTT: u64 = 16;
 
+/// Longest a peer may hold an ACK, for the tail-loss probe timeout: official RakNet flushes
+/// ACKs 10 ms after the datagram arrived, on an update tick of up to 10 ms more (protocol
+/// reference §5.2); this engine within its `ack_delay` (10 ms by default).
+const MAX_PEER_ACK_DELAY: Duration = Duration::from_millis(20);
+
+/// The congestion controller `config` asks for, for datagrams of `udp_payload` bytes.
+fn controller(
+    config: &EndpointConfig,
+    udp_payload: usize,
+    peer: SocketAddr,
+) -> Box<dyn Controller> {
+    let max_window = config.limits.max_send_queue_bytes.max(1 << 20);
+    match config.congestion {
+        CongestionControl::Reno => Box::new(SlidingWindow::new(udp_payload, max_window)),
+        CongestionControl::Bbr => {
+            // Vary the probing phase between connections, deterministically.
+            let port = u64::from(peer.port());
+            let seed = config.rng_seed ^ port.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            Box::new(Bbr::new(udp_payload, max_window, seed))
+        }
+    }
+}
+
 /// Delivered message, before classification.
 struct Delivered(Bytes);
 
@@ -253,6 +276,8 @@ pub(crate) struct Connection {
     next_receipt: u32,
     burst: bool,
     pace_until: Option<Instant>,
+    /// A tail-loss probe is queued: the next datagram goes regardless of window and pacing.
+    probe_pending: bool,
 
     // Receive path.
     window: DatagramWindow,
@@ -315,10 +340,7 @@ impl Connection {
         let limits = &config.limits;
         let first = config.initial_index_for_tests;
         Self {
-            cc: Box::new(SlidingWindow::new(
-                udp_payload,
-                limits.max_send_queue_bytes.max(1 << 20),
-            )),
+            cc: controller(&config, udp_payload, addr),
             pacer: Pacer::new(udp_payload * 8),
             window: DatagramWindow::starting_at(DatagramSeq::new(first), limits.max_datagram_gap),
             reliable: ReliableWindow::starting_at(
@@ -350,6 +372,7 @@ impl Connection {
             next_receipt: 1,
             burst: false,
             pace_until: None,
+            probe_pending: false,
             acks: PendingRanges::default(),
             ack_repeats: AckRepeats::default(),
             naks: PendingRanges::default(),
@@ -496,6 +519,7 @@ impl Connection {
         s.rttvar = self.rtt.rttvar();
         s.rto = self.rtt.rto();
         s.cwnd = self.cc.window();
+        s.tail_probes = self.stats.tail_probes;
         s.resends = self.flight.counters.resends;
         s.naks_received = self.flight.counters.naks_received;
         s.backoff = self.backoff;
@@ -717,10 +741,7 @@ impl Connection {
     fn set_mtu(&mut self, mtu: u16) {
         self.mtu = mtu;
         let udp_payload = usize::from(mtu) - IP_UDP_HEADER_LEN;
-        self.cc = Box::new(SlidingWindow::new(
-            udp_payload,
-            self.config.limits.max_send_queue_bytes.max(1 << 20),
-        ));
+        self.cc = controller(&self.config, udp_payload, self.addr);
         self.pacer = Pacer::new(udp_payload * 8);
     }
 
@@ -1189,6 +1210,14 @@ impl Connection {
             });
         self.receipts_out = lost;
         self.flush_receipts();
+        if let Some(pto) = self.pto() {
+            if self.flight.probe_deadline(pto).is_some_and(|t| now >= t)
+                && self.flight.queue_probe()
+            {
+                self.probe_pending = true;
+                self.stats.tail_probes += 1;
+            }
+        }
         if self.state == State::Connected && self.next_ping.is_some_and(|t| now >= t) {
             self.send_ping(now);
             self.next_ping = Some(now + self.config.ping_interval);
@@ -1196,6 +1225,20 @@ impl Connection {
         if self.pace_until.is_some_and(|t| now >= t) {
             self.pace_until = None;
         }
+    }
+
+    /// The tail-loss probe timeout, as QUIC's: the smoothed RTT, four deviations, and the
+    /// longest a peer holds its ACK ([`MAX_PEER_ACK_DELAY`], or our own `ack_delay` if
+    /// longer); about two RTTs on a 20 ms path, where the RTO (2 SRTT + 4 RTTVAR + 30 ms) is
+    /// nearer four. `None` before an RTT sample, or when the RTO would come first anyway (while
+    /// it backs off).
+    fn pto(&self) -> Option<Duration> {
+        if !self.rtt.has_sample() {
+            return None;
+        }
+        let ack_delay = MAX_PEER_ACK_DELAY.max(self.config.ack_delay);
+        let pto = self.rtt.srtt() + 4 * self.rtt.rttvar() + ack_delay;
+        (pto < self.current_rto()).then_some(pto)
     }
 
     /// The RTO, doubled per timeout while the peer has never acknowledged anything. A
@@ -1244,6 +1287,7 @@ impl Connection {
         min(Some(self.last_receive + self.config.timeout));
         min((!self.flight.all_acked()).then(|| self.ack_progress + self.config.timeout));
         min(self.flight.next_expiry(self.current_rto()));
+        min(self.pto().and_then(|pto| self.flight.probe_deadline(pto)));
         min(self.acks.since.map(|s| s + self.config.ack_delay));
         min(self.naks.since.map(|s| s + self.config.nak_delay));
         min(self.next_ping);
@@ -1370,20 +1414,25 @@ impl Connection {
         // Resends too wait for the congestion window (issue #11: a forged NAK or a peer that
         // stopped ACKing must not make us blast the whole flight at once). Lost datagrams
         // leave `bytes_in_flight`, so the window reopens for them.
-        let window_open = self.flight.bytes_in_flight < self.cc.window();
+        // A tail-loss probe goes regardless of window and pacing (one datagram).
+        let probing = self.probe_pending && self.flight.has_resends();
+        self.probe_pending = probing;
+        let window_open = self.flight.bytes_in_flight < self.cc.window() || probing;
         if !window_open || (!self.flight.has_resends() && self.queue.is_empty()) {
             return false;
         }
         if self.flight.all_acked() {
             self.ack_progress = now;
         }
-        if self.pace_until.is_some_and(|t| now < t) {
-            return false;
-        }
+        // The pacer is asked every time (not only once `pace_until` passed): the rate may
+        // have risen since it was set.
+        self.pace_until = None;
         let budget = self.udp_budget();
+        let rate = self.cc.pacing_rate(self.rtt.srtt());
         if let Some(until) = self
             .pacer
-            .delay(now, budget, self.cc.window(), self.rtt.srtt())
+            .delay_at(now, budget, rate, self.cc.window())
+            .filter(|_| !probing)
         {
             self.pace_until = Some(until);
             return false;
@@ -1441,6 +1490,7 @@ impl Connection {
             return false;
         }
         self.next_seq = seq.next();
+        self.probe_pending = false;
         let app_limited = self.queue.is_empty();
         self.burst = !app_limited;
         self.flight.on_sent(Sent {

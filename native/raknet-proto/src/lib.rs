@@ -62,8 +62,8 @@ mod stats;
 pub mod fuzzing;
 
 pub use codec::{Decode, Encode};
-pub use config::{AdmissionLimits, EndpointConfig, Limits};
-pub use congestion::{CongestionEvent, Controller, Pacer, SlidingWindow};
+pub use config::{AdmissionLimits, CongestionControl, EndpointConfig, Limits};
+pub use congestion::{Bbr, CongestionEvent, Controller, DeliverySample, Pacer, SlidingWindow};
 pub use connection::Role;
 pub use datagram::{
     flags, Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, DATAGRAM_HEADER_RESERVED,

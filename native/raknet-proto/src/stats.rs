@@ -38,6 +38,9 @@ pub struct ConnectionStats {
     pub backoff: u32,
     /// Datagram numbers we NAKed.
     pub naks_sent: u64,
+    /// Tail-loss probes sent: the newest unacknowledged frames resent after about two
+    /// round trips without any acknowledgement, before the retransmission timeout.
+    pub tail_probes: u64,
     /// Our datagrams declared lost (NAK or timeout).
     pub datagrams_lost: u64,
     /// Duplicate datagrams or reliable frames received.

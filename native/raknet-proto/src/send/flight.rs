@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::congestion::{CongestionEvent, Controller};
+use crate::congestion::{CongestionEvent, Controller, DeliverySample};
 use crate::datagram::AckRange;
 use crate::frame::Frame;
 use crate::rtt::RttEstimator;
@@ -29,6 +29,10 @@ struct Record {
     unreliable_receipts: Vec<ReceiptId>,
     resolved: bool,
     app_limited: bool,
+    /// Delivery-rate state when this datagram was sent (see [`DeliverySample`]).
+    prior_delivered: u64,
+    delivered_at: Instant,
+    first_sent_at: Instant,
 }
 
 #[derive(Debug)]
@@ -85,6 +89,16 @@ pub(crate) struct Flight {
     /// Payload bytes of reliable frames not yet acknowledged.
     pub(crate) unacked_payload: usize,
     pub(crate) counters: FlightCounters,
+    /// Bytes acknowledged so far, when the last was, and when the datagram that began the
+    /// current sampling interval was sent (draft-cheng-iccrg-delivery-rate-estimation).
+    delivered: u64,
+    delivered_at: Option<Instant>,
+    first_sent_at: Option<Instant>,
+    /// When the last datagram went and the last acknowledgement of a new one came, for the
+    /// tail-loss probe; whether one was sent since that acknowledgement.
+    last_sent_at: Option<Instant>,
+    last_ack_at: Option<Instant>,
+    probed: bool,
 }
 
 impl Flight {
@@ -157,6 +171,12 @@ impl Flight {
             unreliable_receipts,
             app_limited,
         } = sent;
+        if self.bytes_in_flight == 0 {
+            // A new sampling interval starts with the first datagram after an idle period.
+            self.first_sent_at = Some(now);
+            self.delivered_at = Some(now);
+        }
+        self.last_sent_at = Some(now);
         let mut reliable = resent;
         for (frame, receipt) in new_reliable {
             let idx = frame.message_index;
@@ -180,6 +200,9 @@ impl Flight {
             unreliable_receipts,
             resolved: false,
             app_limited,
+            prior_delivered: self.delivered,
+            delivered_at: self.delivered_at.unwrap_or(now),
+            first_sent_at: self.first_sent_at.unwrap_or(now),
         });
     }
 
@@ -239,8 +262,26 @@ impl Flight {
         let receipts = std::mem::take(&mut r.unreliable_receipts);
         self.bytes_in_flight -= bytes;
         self.counters.acked_datagrams += 1;
-        rtt.update(now.saturating_duration_since(sent_at));
+        self.delivered += bytes as u64;
+        self.delivered_at = Some(now);
+        self.last_ack_at = Some(now);
+        self.probed = false;
+        let send_elapsed = sent_at.saturating_duration_since(r.first_sent_at);
+        let ack_elapsed = now.saturating_duration_since(r.delivered_at);
+        let sample = DeliverySample {
+            now,
+            rtt: now.saturating_duration_since(sent_at),
+            bytes,
+            delivered: self.delivered,
+            prior_delivered: r.prior_delivered,
+            interval: send_elapsed.max(ack_elapsed),
+            app_limited,
+            bytes_in_flight: self.bytes_in_flight,
+        };
+        self.first_sent_at = Some(sent_at);
+        rtt.update(sample.rtt);
         cc.on_ack(seq, bytes, app_limited);
+        cc.on_delivery(&sample);
         self.free_frames(&reliable, out);
         for id in receipts {
             self.ack_part(id, out);
@@ -311,7 +352,9 @@ impl Flight {
                 self.resend.push_back(*idx);
             }
         }
+        let bytes = r.bytes;
         cc.on_congestion_event(seq, event);
+        cc.on_lost(seq, bytes);
         for id in receipts {
             self.lose_receipt(id, out);
         }
@@ -360,9 +403,65 @@ impl Flight {
             if i >= overflow && self.records[i].sent_at + rto > now {
                 break;
             }
-            self.lose(i, cc, CongestionEvent::Timeout, out);
+            // A datagram whose reliable frames all got through in another one (a tail-loss
+            // probe, a resend) was a loss already repaired, as if NAKed: not a dead path.
+            let r = &self.records[i];
+            let repaired = !r.reliable.is_empty()
+                && r.unreliable_receipts.is_empty()
+                && r.reliable
+                    .iter()
+                    .all(|i| !self.frames.contains_key(&i.get()));
+            let event = if repaired {
+                CongestionEvent::Nak
+            } else {
+                CongestionEvent::Timeout
+            };
+            self.lose(i, cc, event, out);
         }
         self.pop_resolved();
+    }
+
+    /// When a tail-loss probe is due, `pto` after the later of the last datagram sent and the
+    /// last acknowledgement: while a datagram is unresolved and no probe was sent since the
+    /// last acknowledgement. `None` otherwise.
+    pub(crate) fn probe_deadline(&self, pto: Duration) -> Option<Instant> {
+        if self.probed || self.frames.is_empty() {
+            return None;
+        }
+        self.records.get(self.unresolved_from)?;
+        let last = match (self.last_sent_at, self.last_ack_at) {
+            (Some(s), Some(a)) => s.max(a),
+            (s, a) => s.or(a)?,
+        };
+        Some(last + pto)
+    }
+
+    /// Tail-loss probe: queue the reliable frames of the newest unresolved datagram that
+    /// still carries any, first in line for resending. When the last datagrams of a burst are
+    /// lost, nothing later arrives to make the receiver NAK them; the probe does (its number
+    /// reveals the gap), and carries the newest frames itself. At most one probe per
+    /// acknowledgement. Returns whether frames were queued.
+    pub(crate) fn queue_probe(&mut self) -> bool {
+        self.probed = true;
+        let frames = &self.frames;
+        let newest = self
+            .records
+            .range(self.unresolved_from..)
+            .rev()
+            .find_map(|r| {
+                let live: Vec<MessageIndex> = r
+                    .reliable
+                    .iter()
+                    .copied()
+                    .filter(|i| frames.get(&i.get()).is_some_and(|f| f.carrier == r.seq))
+                    .collect();
+                (!r.resolved && !live.is_empty()).then_some(live)
+            });
+        let Some(live) = newest else { return false };
+        for idx in live.into_iter().rev() {
+            self.resend.push_front(idx);
+        }
+        true
     }
 
     /// When the oldest unresolved datagram expires.

@@ -1,0 +1,509 @@
+//! [`Bbr`]: a rate- and delay-based congestion controller.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::{CongestionEvent, Controller, DeliverySample};
+use crate::seq::DatagramSeq;
+
+/// 2 / ln 2: the smallest gain that doubles the sending rate every round trip.
+const STARTUP_GAIN: f64 = 2.885;
+/// Window gain in ProbeBW: room for delayed and stretched ACKs, at most a BDP of queue.
+const PROBE_BW_CWND_GAIN: f64 = 2.0;
+/// Pacing gains of the ProbeBW cycle, one phase per `min_rtt`.
+const PROBE_BW_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Round trips over which the bottleneck bandwidth is the largest sample.
+const BW_WINDOW_ROUNDS: u64 = 10;
+/// How long a `min_rtt` sample stays valid before ProbeRTT measures it again.
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// How long ProbeRTT holds the window at its minimum.
+const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
+/// Startup ends when the bandwidth estimate grew by less than this factor …
+const FULL_BW_GROWTH: f64 = 1.25;
+/// … over this many rounds.
+const FULL_BW_ROUNDS: u32 = 3;
+/// Longest a peer holds its ACKs (official RakNet: 10 ms after arrival on an update tick of up
+/// to 10 ms): the ACK-aggregation allowance is at most this much of the bandwidth.
+const MAX_ACK_AGGREGATION: Duration = Duration::from_millis(20);
+/// Smallest window, in datagrams (also ProbeRTT's window).
+const MIN_WINDOW_DATAGRAMS: usize = 4;
+/// Share of a round's bytes lost above which the round counts as heavily lossy.
+const HEAVY_LOSS: f64 = 0.2;
+/// Fewest datagrams lost in a round for it to count as heavily lossy (a small window cannot
+/// tell 1 of 4 from congestion).
+const HEAVY_LOSS_DATAGRAMS: usize = 4;
+/// Consecutive heavily lossy rounds before the controller reacts.
+const HEAVY_LOSS_ROUNDS: u32 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+}
+
+/// The largest value seen over the last `window` rounds: a monotonic deque of at most one
+/// entry per round (so at most `window + 1` entries).
+#[derive(Debug, Clone, Default)]
+struct MaxFilter {
+    entries: VecDeque<(u64, f64)>,
+}
+
+impl MaxFilter {
+    fn update(&mut self, round: u64, value: f64, window: u64) {
+        while self.entries.back().is_some_and(|&(_, v)| v <= value) {
+            self.entries.pop_back();
+        }
+        match self.entries.back() {
+            // A smaller value of the same round expires with the larger one: not needed.
+            Some(&(r, _)) if r == round => {}
+            _ => self.entries.push_back((round, value)),
+        }
+        while self
+            .entries
+            .front()
+            .is_some_and(|&(r, _)| r + window <= round)
+        {
+            self.entries.pop_front();
+        }
+    }
+
+    fn get(&self) -> f64 {
+        self.entries.front().map_or(0.0, |&(_, v)| v)
+    }
+
+    fn reset(&mut self, round: u64, value: f64) {
+        self.entries.clear();
+        self.entries.push_back((round, value));
+    }
+}
+
+/// A rate- and delay-based congestion controller after BBR (Cardwell et al., "BBR:
+/// Congestion-Based Congestion Control", and draft-cardwell-iccrg-bbr-congestion-control).
+///
+/// The model has two numbers: the bottleneck bandwidth (`btlbw`, the largest delivery rate
+/// measured over the last ten round trips) and the round-trip propagation
+/// time (`min_rtt`, the smallest RTT sample over the last 10 s). Their product
+/// is the bandwidth-delay product (BDP): what the path holds without a queue. The sender paces
+/// at `pacing_gain × btlbw` and keeps at most `cwnd_gain × BDP` in flight, in four phases:
+///
+/// - **Startup**: gain 2/ln 2 ≈ 2.885 on both, which doubles the delivery rate every round
+///   trip, until the bandwidth estimate stops growing (less than 25 % over three rounds).
+/// - **Drain**: pacing gain 1/2.885 until the queue startup built is gone (in flight ≤ BDP).
+/// - **ProbeBW**: cruise at the estimate, with one round at 1.25 (to find more bandwidth)
+///   followed by one at 0.75 (to drain what that queued) every eight rounds; the window is
+///   2 BDP, so a wrong estimate cannot build more than a BDP of queue.
+/// - **ProbeRTT**: when `min_rtt` has not been seen again for 10 s, keep four datagrams in
+///   flight for 200 ms and a round trip, so that the queue drains and the propagation time
+///   can be measured again (this is also what lets competing flows converge to a fair share).
+///
+/// **Loss.** Random loss is not congestion: a 1 % or 5 % lossy link still delivers at the
+/// bottleneck rate, and the delivery-rate samples (which count only acknowledged bytes) say
+/// so. A single lost datagram, a NAK, changes nothing here (as in BBRv1), so throughput does
+/// not collapse the way a loss-based window does (Reno's throughput falls as 1/√loss). The
+/// pacing already keeps the queue, and so the drops at a drop-tail bottleneck, small. What
+/// BBRv1 lacks is a reaction when its estimate is wrong and the bottleneck overflows anyway
+/// (startup overshooting a shallow buffer; several flows whose estimates add up to more than
+/// the link). So, as BBRv2 does in spirit, **heavy, persistent loss** is a signal: when more
+/// than 20 % of a round's bytes were lost, with at least four
+/// datagrams, in two consecutive rounds, startup ends, and in ProbeBW the
+/// bandwidth estimate is restarted from what the last round actually delivered and a draining
+/// phase begins. Random loss of a few percent essentially never meets that (at 5 % loss a
+/// round of 20 datagrams loses 5 or more with probability 0.3 %, twice in a row 10⁻⁵).
+///
+/// A retransmission timeout (the peer stopped acknowledging anything) limits the window to
+/// four datagrams until the next acknowledgement: a dead path must not be paced into
+/// at the old rate until the connection times out.
+#[derive(Debug, Clone)]
+pub struct Bbr {
+    mtu: usize,
+    max_window: usize,
+    mode: Mode,
+    cwnd: usize,
+    pacing_gain: f64,
+    cwnd_gain: f64,
+    btlbw: MaxFilter,
+    min_rtt: Option<Duration>,
+    min_rtt_at: Option<Instant>,
+    /// Round trips counted so far: a round ends when a datagram sent after it began is
+    /// acknowledged.
+    round: u64,
+    next_round_delivered: u64,
+    delivered: u64,
+    /// Startup's plateau detector.
+    full_bw: f64,
+    full_bw_rounds: u32,
+    filled_pipe: bool,
+    /// ProbeBW phase and when it began.
+    cycle: usize,
+    cycle_start: Option<Instant>,
+    lost_in_cycle: bool,
+    /// ProbeRTT: when it may end, whether a round has passed, the window to return to.
+    probe_rtt_done: Option<Instant>,
+    probe_rtt_round_done: bool,
+    prior_cwnd: usize,
+    /// This round's accounting, for the heavy-loss rule.
+    round_lost_bytes: usize,
+    round_lost_datagrams: usize,
+    round_delivered_bytes: usize,
+    round_max_rate: f64,
+    heavy_rounds: u32,
+    /// ACK aggregation: the most acknowledged beyond what `btlbw` explains, over the last
+    /// ten rounds, and the current aggregation interval (start, bytes acknowledged in it).
+    extra_acked: MaxFilter,
+    aggregation_start: Option<Instant>,
+    aggregation_bytes: u64,
+    /// A retransmission timeout happened and nothing was acknowledged since.
+    timed_out: bool,
+    /// Picks ProbeBW's first phase (flows that start together should not probe in step).
+    seed: u64,
+}
+
+impl Bbr {
+    /// Datagrams in the initial window (RFC 6928's ten segments).
+    const INITIAL_DATAGRAMS: usize = 10;
+
+    /// A controller for datagrams of up to `mtu` bytes (UDP payload), with the window capped
+    /// at `max_window` bytes. `seed` varies the phase of the bandwidth probing between
+    /// connections.
+    pub fn new(mtu: usize, max_window: usize, seed: u64) -> Self {
+        let mtu = mtu.max(1);
+        let cwnd = mtu * Self::INITIAL_DATAGRAMS;
+        Self {
+            mtu,
+            max_window: max_window.max(mtu * MIN_WINDOW_DATAGRAMS),
+            mode: Mode::Startup,
+            cwnd,
+            pacing_gain: STARTUP_GAIN,
+            cwnd_gain: STARTUP_GAIN,
+            btlbw: MaxFilter::default(),
+            min_rtt: None,
+            min_rtt_at: None,
+            round: 0,
+            next_round_delivered: 0,
+            delivered: 0,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            filled_pipe: false,
+            cycle: 0,
+            cycle_start: None,
+            lost_in_cycle: false,
+            probe_rtt_done: None,
+            probe_rtt_round_done: false,
+            prior_cwnd: cwnd,
+            round_lost_bytes: 0,
+            round_lost_datagrams: 0,
+            round_delivered_bytes: 0,
+            round_max_rate: 0.0,
+            heavy_rounds: 0,
+            extra_acked: MaxFilter::default(),
+            aggregation_start: None,
+            aggregation_bytes: 0,
+            timed_out: false,
+            seed,
+        }
+    }
+
+    /// The bottleneck bandwidth estimate in bytes per second (0 before the first sample).
+    pub fn bandwidth(&self) -> f64 {
+        self.btlbw.get()
+    }
+
+    /// The round-trip propagation time estimate.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
+    }
+
+    /// Whether startup has ended (the bottleneck bandwidth was found).
+    pub fn filled_pipe(&self) -> bool {
+        self.filled_pipe
+    }
+
+    fn min_window(&self) -> usize {
+        self.mtu * MIN_WINDOW_DATAGRAMS
+    }
+
+    fn initial_window(&self) -> usize {
+        self.mtu * Self::INITIAL_DATAGRAMS
+    }
+
+    /// `gain` × the bandwidth-delay product, in bytes; `None` before there is a model.
+    fn bdp(&self, gain: f64) -> Option<usize> {
+        let bw = self.btlbw.get();
+        let rtt = self.min_rtt?;
+        (bw > 0.0).then_some((gain * bw * rtt.as_secs_f64()) as usize)
+    }
+
+    fn enter_probe_bw(&mut self, now: Instant) {
+        self.mode = Mode::ProbeBw;
+        self.cwnd_gain = PROBE_BW_CWND_GAIN;
+        // Any phase but the draining one (as BBR: start cruising or probing, at random).
+        self.seed = self
+            .seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let phases = PROBE_BW_GAINS.len() as u64;
+        self.cycle = match (self.seed >> 33) % (phases - 1) {
+            0 => 0,
+            n => n as usize + 1,
+        };
+        self.start_phase(now);
+    }
+
+    fn start_phase(&mut self, now: Instant) {
+        self.cycle_start = Some(now);
+        self.lost_in_cycle = false;
+        self.pacing_gain = PROBE_BW_GAINS[self.cycle];
+    }
+
+    fn advance_cycle(&mut self, now: Instant, bytes_in_flight: usize) {
+        let (Some(start), Some(min_rtt)) = (self.cycle_start, self.min_rtt) else {
+            return self.start_phase(now);
+        };
+        let elapsed = now.saturating_duration_since(start);
+        let full_length = elapsed > min_rtt;
+        let gain = self.pacing_gain;
+        let next = if gain > 1.0 {
+            // Probe until the extra data is in flight (or it caused loss); at most 2 rounds
+            // in case the sender cannot put that much in flight.
+            full_length
+                && (self.lost_in_cycle
+                    || self.bdp(gain).is_none_or(|t| bytes_in_flight >= t)
+                    || elapsed > min_rtt * 2)
+        } else if gain < 1.0 {
+            full_length || self.bdp(1.0).is_none_or(|t| bytes_in_flight <= t)
+        } else {
+            full_length
+        };
+        if next {
+            self.cycle = (self.cycle + 1) % PROBE_BW_GAINS.len();
+            self.start_phase(now);
+        }
+    }
+
+    /// Startup's plateau detector, once per round.
+    fn check_full_pipe(&mut self, app_limited: bool) {
+        if self.filled_pipe || app_limited {
+            return;
+        }
+        let bw = self.btlbw.get();
+        if bw >= self.full_bw * FULL_BW_GROWTH {
+            self.full_bw = bw;
+            self.full_bw_rounds = 0;
+            return;
+        }
+        self.full_bw_rounds += 1;
+        if self.full_bw_rounds >= FULL_BW_ROUNDS {
+            self.filled_pipe = true;
+        }
+    }
+
+    /// The heavy-loss rule, at the end of each round.
+    fn end_round(&mut self, now: Instant) {
+        let lost = self.round_lost_bytes as f64;
+        let total = lost + self.round_delivered_bytes as f64;
+        let heavy = self.round_lost_datagrams >= HEAVY_LOSS_DATAGRAMS && lost > HEAVY_LOSS * total;
+        self.heavy_rounds = if heavy { self.heavy_rounds + 1 } else { 0 };
+        if self.heavy_rounds >= HEAVY_LOSS_ROUNDS {
+            self.heavy_rounds = 0;
+            match self.mode {
+                Mode::Startup => self.filled_pipe = true,
+                Mode::ProbeBw | Mode::Drain => {
+                    // The estimate is more than the path delivers: start again from what it
+                    // did deliver last round, and drain the queue that built up.
+                    if self.round_max_rate > 0.0 {
+                        self.btlbw.reset(self.round, self.round_max_rate);
+                    }
+                    if self.mode == Mode::ProbeBw {
+                        self.cycle = 1;
+                        self.start_phase(now);
+                    }
+                }
+                Mode::ProbeRtt => {}
+            }
+        }
+        self.round_lost_bytes = 0;
+        self.round_lost_datagrams = 0;
+        self.round_delivered_bytes = 0;
+        self.round_max_rate = 0.0;
+    }
+
+    fn update_min_rtt(&mut self, now: Instant, rtt: Duration, bytes_in_flight: usize) {
+        let expired = self
+            .min_rtt_at
+            .is_some_and(|at| now.saturating_duration_since(at) > MIN_RTT_WINDOW);
+        if self.min_rtt.is_none_or(|m| rtt < m) || expired {
+            self.min_rtt = Some(rtt);
+            self.min_rtt_at = Some(now);
+        }
+        if expired && self.mode != Mode::ProbeRtt {
+            self.mode = Mode::ProbeRtt;
+            self.pacing_gain = 1.0;
+            self.prior_cwnd = self.cwnd;
+            self.probe_rtt_done = None;
+        }
+        if self.mode == Mode::ProbeRtt {
+            self.handle_probe_rtt(now, bytes_in_flight);
+        }
+    }
+
+    fn handle_probe_rtt(&mut self, now: Instant, bytes_in_flight: usize) {
+        match self.probe_rtt_done {
+            None if bytes_in_flight <= self.min_window() => {
+                self.probe_rtt_done = Some(now + PROBE_RTT_TIME);
+                self.probe_rtt_round_done = false;
+                self.next_round_delivered = self.delivered;
+            }
+            None => {}
+            Some(done) if self.probe_rtt_round_done && now >= done => {
+                self.min_rtt_at = Some(now);
+                self.cwnd = self.cwnd.max(self.prior_cwnd);
+                if self.filled_pipe {
+                    self.enter_probe_bw(now);
+                } else {
+                    self.mode = Mode::Startup;
+                    self.pacing_gain = STARTUP_GAIN;
+                    self.cwnd_gain = STARTUP_GAIN;
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Track how much more arrives in ACK bursts than the bandwidth explains (the peer
+    /// acknowledges every 10 ms or every few datagrams, official RakNet once per update): the
+    /// window must hold that much beyond the BDP, or on a short path with batched ACKs it
+    /// would shrink to a few datagrams (BBRv2's `extra_acked`).
+    fn update_aggregation(&mut self, now: Instant, acked: usize) {
+        let bw = self.btlbw.get();
+        let start = *self.aggregation_start.get_or_insert(now);
+        let mut expected = bw * now.saturating_duration_since(start).as_secs_f64();
+        if self.aggregation_bytes as f64 <= expected {
+            // The ACKs kept up with the estimate: a new interval starts.
+            self.aggregation_start = Some(now);
+            self.aggregation_bytes = 0;
+            expected = 0.0;
+        }
+        self.aggregation_bytes += acked as u64;
+        // At most what the bandwidth delivers while a peer holds its ACKs (a longer burst is
+        // not aggregation), and at most the window.
+        let cap = if bw > 0.0 {
+            (bw * MAX_ACK_AGGREGATION.as_secs_f64()).max(self.initial_window() as f64)
+        } else {
+            f64::MAX
+        };
+        let extra = (self.aggregation_bytes as f64 - expected)
+            .min(self.cwnd as f64)
+            .min(cap);
+        self.extra_acked
+            .update(self.round, extra.max(0.0), BW_WINDOW_ROUNDS);
+    }
+
+    fn set_cwnd(&mut self, acked: usize) {
+        // The path holds the BDP plus what the peer's ACKs hold back (aggregation). In startup
+        // the gain applies to both, so that with batched ACKs the window still doubles per
+        // round; afterwards the aggregation is allowed for once.
+        let extra_gain = if self.filled_pipe {
+            1.0
+        } else {
+            self.cwnd_gain
+        };
+        let extra = extra_gain * self.extra_acked.get();
+        let target = match self.bdp(self.cwnd_gain) {
+            Some(bdp) => bdp + extra as usize + 3 * self.mtu,
+            None => self.initial_window(),
+        };
+        if self.filled_pipe {
+            self.cwnd = (self.cwnd + acked).min(target);
+        } else if self.cwnd < target || self.delivered < self.initial_window() as u64 {
+            self.cwnd += acked;
+        }
+        self.cwnd = self.cwnd.clamp(self.min_window(), self.max_window);
+    }
+}
+
+impl Controller for Bbr {
+    fn window(&self) -> usize {
+        if self.mode == Mode::ProbeRtt || self.timed_out {
+            self.cwnd.min(self.min_window())
+        } else {
+            self.cwnd
+        }
+    }
+
+    fn on_ack(&mut self, _seq: DatagramSeq, _bytes: usize, _app_limited: bool) {}
+
+    fn on_delivery(&mut self, s: &DeliverySample) {
+        self.timed_out = false;
+        self.delivered = s.delivered;
+        self.round_delivered_bytes += s.bytes;
+        let round_start = s.prior_delivered >= self.next_round_delivered;
+        if round_start {
+            self.next_round_delivered = s.delivered;
+            self.round += 1;
+            self.end_round(s.now);
+            if self.mode == Mode::ProbeRtt && self.probe_rtt_done.is_some() {
+                self.probe_rtt_round_done = true;
+            }
+        }
+        if let Some(rate) = s.rate() {
+            self.round_max_rate = self.round_max_rate.max(rate);
+            // An application-limited sample only counts if it shows more than we knew.
+            if !s.app_limited || rate >= self.btlbw.get() {
+                self.btlbw.update(self.round, rate, BW_WINDOW_ROUNDS);
+            }
+        }
+        if round_start && self.mode == Mode::Startup {
+            self.check_full_pipe(s.app_limited);
+        }
+        if self.mode == Mode::Startup && self.filled_pipe {
+            self.mode = Mode::Drain;
+            self.pacing_gain = 1.0 / STARTUP_GAIN;
+            self.cwnd_gain = STARTUP_GAIN;
+        }
+        if self.mode == Mode::Drain && self.bdp(1.0).is_some_and(|t| s.bytes_in_flight <= t) {
+            self.enter_probe_bw(s.now);
+        }
+        if self.mode == Mode::ProbeBw {
+            self.advance_cycle(s.now, s.bytes_in_flight);
+        }
+        self.update_min_rtt(s.now, s.rtt, s.bytes_in_flight);
+        self.update_aggregation(s.now, s.bytes);
+        self.set_cwnd(s.bytes);
+    }
+
+    fn on_congestion_event(&mut self, _seq: DatagramSeq, event: CongestionEvent) {
+        if event == CongestionEvent::Timeout {
+            self.timed_out = true;
+        }
+    }
+
+    fn on_lost(&mut self, _seq: DatagramSeq, bytes: usize) {
+        self.round_lost_bytes += bytes;
+        self.round_lost_datagrams += 1;
+        self.lost_in_cycle = true;
+    }
+
+    fn on_sent(&mut self, _seq: DatagramSeq) {}
+
+    fn in_slow_start(&self) -> bool {
+        self.mode == Mode::Startup
+    }
+
+    fn pacing_rate(&self, srtt: Duration) -> Option<f64> {
+        let rate = self.pacing_gain * self.btlbw.get();
+        if self.filled_pipe {
+            return Some(rate);
+        }
+        // Until the pipe is full the rate never falls below the initial window over the RTT:
+        // the first samples (a ping, a window delayed by the peer's ACK delay) underestimate.
+        let rtt = self.min_rtt.unwrap_or(srtt).as_secs_f64();
+        let initial = self.pacing_gain * self.initial_window() as f64 / rtt;
+        if rtt > 0.0 {
+            Some(rate.max(initial))
+        } else {
+            (rate > 0.0).then_some(rate)
+        }
+    }
+}

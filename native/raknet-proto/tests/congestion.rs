@@ -1,0 +1,499 @@
+//! Congestion control over the simulator: bulk throughput under random loss, fairness and
+//! queueing delay at a shared bottleneck, loss at a bottleneck narrower than the offered load,
+//! and the tail-loss probe. Everything runs on the virtual clock, so the numbers are exact and
+//! the same on every run.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::pair::Pair;
+use raknet_netsim::{Link, LinkConfig};
+use raknet_proto::{
+    CongestionControl, ConnId, Endpoint, EndpointConfig, Event, Limits, Reliability, SendOptions,
+};
+
+const ONE_WAY: Duration = Duration::from_millis(10);
+const BASE_RTT: Duration = Duration::from_millis(20);
+
+fn config(congestion: CongestionControl) -> EndpointConfig {
+    EndpointConfig {
+        congestion,
+        limits: Limits {
+            max_message_bytes: 32 << 20,
+            max_send_queue_bytes: 64 << 20,
+            ..Limits::default()
+        },
+        timeout: Duration::from_secs(60),
+        ..EndpointConfig::default()
+    }
+}
+
+/// Seconds of virtual time one `size`-byte reliable_ordered message takes from client to
+/// server over a 20 ms RTT link with `loss` each way.
+fn bulk_seconds(congestion: CongestionControl, size: usize, loss: f64, in_flight: usize) -> f64 {
+    let mut config = config(congestion);
+    config.limits.max_reliable_in_flight = in_flight;
+    let link = LinkConfig::lossy(loss).with_delay(ONE_WAY);
+    let mut p = Pair::new(7, config.clone(), config, link);
+    let (c, _) = p.connect();
+    p.server_events.clear();
+    let start = p.now;
+    let mut data = vec![0u8; size];
+    data[0] = 0x86;
+    p.client
+        .send(
+            p.now,
+            c,
+            Bytes::from(data),
+            SendOptions::new(Reliability::ReliableOrdered),
+        )
+        .unwrap();
+    let done = p.drive_until(Duration::from_secs(120), |p| {
+        p.server_events
+            .iter()
+            .any(|e| matches!(e, Event::Message { payload, .. } if payload.len() == size))
+    });
+    assert!(done, "{congestion:?} at {loss}: transfer did not complete");
+    (p.now - start).as_secs_f64()
+}
+
+/// The goals of issue #14 for a 16 MiB message at 20 ms RTT: at least 10 MB/s at 1 % loss
+/// and 4 MB/s at 5 % (Reno manages 1.0 and 0.4), and at 0 % more than Reno's 40 MB/s. With
+/// the default 1024 reliable frames in flight a 20 ms path carries at most about 75 MB/s,
+/// so the in-flight limit is raised here to measure the controller.
+#[test]
+fn bbr_keeps_its_rate_under_random_loss() {
+    const SIZE: usize = 16 << 20;
+    for (loss, goal) in [(0.0, 60.0), (0.01, 10.0), (0.05, 4.0)] {
+        let secs = bulk_seconds(CongestionControl::Bbr, SIZE, loss, 16_384);
+        let mbps = SIZE as f64 / secs / 1e6;
+        eprintln!("BBR, {:.0} % loss: {mbps:.1} MB/s", loss * 100.0);
+        assert!(mbps >= goal, "{:.0} % loss: {mbps:.1} MB/s", loss * 100.0);
+    }
+}
+
+/// A 1 MiB message at 5 % loss: BBR finishes in a fraction of the time Reno needs, since
+/// every random loss halves (0.7×) Reno's window.
+#[test]
+fn random_loss_does_not_read_as_congestion() {
+    const SIZE: usize = 1 << 20;
+    let default = Limits::default().max_reliable_in_flight;
+    let bbr = bulk_seconds(CongestionControl::Bbr, SIZE, 0.05, default);
+    let reno = bulk_seconds(CongestionControl::Reno, SIZE, 0.05, default);
+    eprintln!("1 MiB at 5 % loss: BBR {bbr:.2} s, Reno {reno:.2} s");
+    assert!(bbr * 4.0 < reno, "BBR {bbr:.2} s, Reno {reno:.2} s");
+}
+
+/// Several clients whose uplinks share one bottleneck to a server; the downlink is
+/// uncongested. Each datagram on the shared links carries its client's index first.
+struct Net {
+    now: Instant,
+    start: Instant,
+    server: Endpoint,
+    server_addr: SocketAddr,
+    clients: Vec<Endpoint>,
+    client_addrs: Vec<SocketAddr>,
+    conns: Vec<Option<ConnId>>,
+    up: Link,
+    down: Link,
+    /// Server connection → client index.
+    by_conn: HashMap<ConnId, usize>,
+    /// (arrival time, client, bytes) of every message the server got.
+    arrivals: Vec<(Duration, usize, usize)>,
+    /// When each client starts sending, if it does.
+    starts: Vec<Option<Duration>>,
+    buf: Vec<u8>,
+}
+
+const MESSAGE: usize = 1000;
+
+impl Net {
+    fn new(congestion: CongestionControl, clients: usize, bottleneck: LinkConfig) -> Self {
+        let start = Instant::now();
+        let server_addr: SocketAddr = "127.0.0.1:19132".parse().unwrap();
+        let client_addrs: Vec<SocketAddr> = (0..clients)
+            .map(|i| format!("127.0.0.{}:{}", i + 2, 40000 + i).parse().unwrap())
+            .collect();
+        let cfg = config(congestion);
+        Self {
+            now: start,
+            start,
+            server: Endpoint::new(cfg.clone(), server_addr, start),
+            server_addr,
+            clients: client_addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let c = EndpointConfig {
+                        rng_seed: 100 + i as u64,
+                        ..cfg.clone()
+                    };
+                    Endpoint::new(c, *a, start)
+                })
+                .collect(),
+            client_addrs,
+            conns: vec![None; clients],
+            up: Link::new(bottleneck, 11),
+            down: Link::new(LinkConfig::default().with_delay(ONE_WAY), 12),
+            by_conn: HashMap::new(),
+            arrivals: Vec::new(),
+            starts: vec![None; clients],
+            buf: Vec::with_capacity(2048),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    fn settle(&mut self) {
+        loop {
+            let mut moved = false;
+            for (i, c) in self.clients.iter_mut().enumerate() {
+                while let Some(t) = c.poll_transmit(self.now, &mut self.buf) {
+                    let mut d = vec![i as u8];
+                    d.extend_from_slice(&self.buf[..t.size]);
+                    self.up.send(self.now, d);
+                    moved = true;
+                }
+            }
+            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
+                if let Some(i) = self.client_addrs.iter().position(|a| *a == t.destination) {
+                    let mut d = vec![i as u8];
+                    d.extend_from_slice(&self.buf[..t.size]);
+                    self.down.send(self.now, d);
+                }
+                moved = true;
+            }
+            while let Some(d) = self.up.poll_recv(self.now) {
+                let from = self.client_addrs[usize::from(d[0])];
+                self.server
+                    .handle(self.now, from, Bytes::copy_from_slice(&d[1..]));
+                moved = true;
+            }
+            while let Some(d) = self.down.poll_recv(self.now) {
+                self.clients[usize::from(d[0])].handle(
+                    self.now,
+                    self.server_addr,
+                    Bytes::copy_from_slice(&d[1..]),
+                );
+                moved = true;
+            }
+            let at = self.elapsed();
+            while let Some(e) = self.server.poll_event() {
+                match e {
+                    Event::Connected { conn, addr, .. } => {
+                        if let Some(i) = self.client_addrs.iter().position(|a| *a == addr) {
+                            self.by_conn.insert(conn, i);
+                        }
+                    }
+                    Event::Message { conn, payload, .. } => {
+                        if let Some(&i) = self.by_conn.get(&conn) {
+                            self.arrivals.push((at, i, payload.len()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for c in &mut self.clients {
+                while c.poll_event().is_some() {}
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Keep every started client's send queue topped up (an application with a backlog).
+    fn feed(&mut self) {
+        let at = self.elapsed();
+        for i in 0..self.clients.len() {
+            let (Some(c), Some(start)) = (self.conns[i], self.starts[i]) else {
+                continue;
+            };
+            if at < start {
+                continue;
+            }
+            let queued = self.clients[i]
+                .connection_stats(c)
+                .map_or(usize::MAX, |s| s.send_queue_bytes);
+            if queued < 64 * MESSAGE {
+                for _ in 0..64 {
+                    let mut m = vec![0u8; MESSAGE];
+                    m[0] = 0x86;
+                    self.clients[i]
+                        .send(
+                            self.now,
+                            c,
+                            Bytes::from(m),
+                            SendOptions::new(Reliability::Reliable),
+                        )
+                        .unwrap();
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        self.feed();
+        self.settle();
+        let next = self
+            .clients
+            .iter_mut()
+            .map(|c| c.poll_timeout())
+            .chain([
+                self.server.poll_timeout(),
+                self.up.poll_timeout(),
+                self.down.poll_timeout(),
+            ])
+            .flatten()
+            .min();
+        // Also wake for the next client due to start.
+        let next_start = self
+            .starts
+            .iter()
+            .flatten()
+            .map(|s| self.start + *s)
+            .filter(|t| *t > self.now)
+            .min();
+        let next = [next, next_start].into_iter().flatten().min();
+        self.now = next
+            .unwrap_or(self.now + Duration::from_millis(1))
+            .max(self.now + Duration::from_micros(1));
+        self.server.handle_timeout(self.now);
+        for c in &mut self.clients {
+            c.handle_timeout(self.now);
+        }
+        self.settle();
+    }
+
+    fn connect_all(&mut self) {
+        for i in 0..self.clients.len() {
+            self.conns[i] = Some(
+                self.clients[i]
+                    .connect(self.now, self.server_addr)
+                    .expect("connect"),
+            );
+        }
+        let deadline = self.now + Duration::from_secs(5);
+        while self.by_conn.len() < self.clients.len() {
+            assert!(self.now < deadline, "handshakes did not complete");
+            self.step();
+        }
+        // Let the handshakes' last messages be acknowledged.
+        let settle = self.now + Duration::from_millis(100);
+        while self.now < settle {
+            self.step();
+        }
+    }
+
+    /// Run until `until` (from the start), calling `sample` every `every`.
+    fn run(&mut self, until: Duration, every: Duration, mut sample: impl FnMut(&mut Self)) {
+        let mut next = self.elapsed();
+        while self.elapsed() < until {
+            if self.elapsed() >= next {
+                sample(self);
+                next += every;
+            }
+            self.step();
+        }
+    }
+
+    /// Bytes client `i` delivered between `from` and `to` (from the start).
+    fn delivered(&self, i: usize, from: Duration, to: Duration) -> usize {
+        self.arrivals
+            .iter()
+            .filter(|(at, c, _)| *c == i && *at >= from && *at < to)
+            .map(|(_, _, n)| n)
+            .sum()
+    }
+}
+
+/// 2 MB/s bottleneck, 20 ms base RTT: a BDP of 40 kB.
+const BOTTLENECK: u64 = 2_000_000;
+
+fn bottleneck(queue: usize) -> LinkConfig {
+    LinkConfig::default()
+        .with_bandwidth(BOTTLENECK, queue)
+        .with_delay(ONE_WAY)
+}
+
+/// Two flows through one bottleneck, the second starting a second after the first, get within
+/// 20 % of each other's throughput once both run, and together use the link.
+///
+/// Not met yet: BBR flows get 0.72 and 1.24 MB/s of the 2 MB/s (Reno 0.87 and 1.10). Each
+/// flow's bandwidth estimate is a maximum that keeps its probing peaks, and nothing pulls the
+/// larger one down within these seconds (BBRv1's ProbeRTT every 10 s is what slowly does).
+#[test]
+#[ignore = "BBR misses it: 0.72 vs 1.24 MB/s (issue #14)"]
+fn two_flows_share_a_bottleneck_fairly() {
+    let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
+    let mut net = Net::new(CongestionControl::Bbr, 2, bottleneck(4 * bdp));
+    net.connect_all();
+    let t0 = net.elapsed();
+    net.starts = vec![Some(t0), Some(t0 + Duration::from_secs(1))];
+    let (from, to) = (t0 + Duration::from_secs(4), t0 + Duration::from_secs(12));
+    net.run(to, Duration::from_secs(1), |_| {});
+    let secs = (to - from).as_secs_f64();
+    let a = net.delivered(0, from, to) as f64 / secs;
+    let b = net.delivered(1, from, to) as f64 / secs;
+    eprintln!("flow rates {a:.0} and {b:.0} B/s over a {BOTTLENECK} B/s bottleneck");
+    assert!(a.min(b) >= 0.8 * a.max(b), "unfair: {a:.0} vs {b:.0} B/s");
+    assert!(a + b >= 0.85 * BOTTLENECK as f64, "{a:.0} + {b:.0} B/s");
+}
+
+/// A bottleneck with a deep queue (ten BDPs): a loss-based controller fills it (its RTT
+/// grows to several times the base), BBR keeps it short. The queueing delay, sampled every
+/// 5 ms after startup, stays under one base RTT (RTT under twice the base) for two flows.
+///
+/// Not met yet: with BBR the mean is 49 ms, the maximum 58 ms (Reno: mean 154 ms, the full
+/// 200 ms queue). Two flows overestimate together and sit at their window (2 BDP plus the ACK
+/// aggregation allowance) instead of their pacing rate.
+#[test]
+#[ignore = "BBR misses it: mean queueing delay 49 ms for a 20 ms base RTT (issue #14)"]
+fn queueing_delay_stays_under_the_base_rtt() {
+    let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
+    let mut net = Net::new(CongestionControl::Bbr, 2, bottleneck(10 * bdp));
+    net.connect_all();
+    let t0 = net.elapsed();
+    net.starts = vec![Some(t0), Some(t0)];
+    let warm = t0 + Duration::from_secs(1);
+    let mut delays = Vec::new();
+    net.run(
+        t0 + Duration::from_secs(6),
+        Duration::from_millis(5),
+        |net| {
+            if std::env::var("DBG").is_ok() && (net.elapsed().as_millis() % 100 == 0) {
+                let st: Vec<_> = (0..2)
+                    .map(|i| {
+                        net.clients[i]
+                            .connection_stats(net.conns[i].unwrap())
+                            .map(|s| (s.cwnd, s.bytes_in_flight, s.srtt.as_millis()))
+                    })
+                    .collect();
+                eprintln!(
+                    "{:?} q {} {:?}",
+                    net.elapsed(),
+                    net.up.queued_bytes(net.now),
+                    st
+                );
+            }
+            if net.elapsed() >= warm {
+                let queued = net.up.queued_bytes(net.now) as f64;
+                delays.push(Duration::from_secs_f64(queued / BOTTLENECK as f64));
+            }
+        },
+    );
+    delays.sort();
+    let p99 = delays[delays.len() * 99 / 100];
+    let max = *delays.last().unwrap();
+    let mean = delays.iter().sum::<Duration>() / delays.len() as u32;
+    eprintln!("queueing delay: mean {mean:?}, p99 {p99:?}, max {max:?}");
+    assert!(max < BASE_RTT, "p99 {p99:?} max {max:?}");
+    let delivered = net.delivered(0, warm, t0 + Duration::from_secs(6))
+        + net.delivered(1, warm, t0 + Duration::from_secs(6));
+    assert!(
+        delivered as f64 / 5.0 >= 0.85 * BOTTLENECK as f64,
+        "{delivered} bytes in 5 s"
+    );
+}
+
+/// A bottleneck narrower than what the sender could offer, with a shallow queue (half a
+/// BDP): the controller settles at the bottleneck rate and the queue drops stay a small
+/// share of what was sent.
+#[test]
+fn loss_stays_bounded_at_a_narrow_bottleneck() {
+    let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
+    let mut net = Net::new(CongestionControl::Bbr, 1, bottleneck(bdp / 2));
+    net.connect_all();
+    let t0 = net.elapsed();
+    net.starts = vec![Some(t0)];
+    let to = t0 + Duration::from_secs(5);
+    net.run(to, Duration::from_secs(1), |_| {});
+    let stats = net.up.stats();
+    let dropped = stats.dropped_queue as f64 / stats.sent as f64;
+    let rate = net.delivered(0, t0 + Duration::from_secs(1), to) as f64 / 4.0;
+    eprintln!(
+        "dropped {} of {} datagrams ({:.2} %), {rate:.0} B/s",
+        stats.dropped_queue,
+        stats.sent,
+        dropped * 100.0
+    );
+    assert!(dropped < 0.03, "{:.2} % dropped", dropped * 100.0);
+    assert!(rate >= 0.85 * BOTTLENECK as f64, "{rate:.0} B/s");
+}
+
+/// The last datagram of a burst is lost: nothing after it can reveal the gap, so without a
+/// probe it waits for the retransmission timeout. The tail-loss probe resends it after about
+/// two RTTs.
+#[test]
+fn a_lost_last_datagram_is_recovered_by_the_tail_loss_probe() {
+    for congestion in [CongestionControl::Bbr, CongestionControl::Reno] {
+        let link = LinkConfig::default().with_delay(ONE_WAY);
+        let mut p = Pair::new(3, config(congestion), config(congestion), link);
+        let (c, _) = p.connect();
+        // Some traffic, so that the RTT estimate is settled.
+        for i in 0..50u8 {
+            p.client
+                .send(
+                    p.now,
+                    c,
+                    Bytes::from(vec![0x86, i]),
+                    SendOptions::new(Reliability::ReliableOrdered),
+                )
+                .unwrap();
+            p.drive_until(Duration::from_millis(30), |_| false);
+        }
+        p.server_events.clear();
+        let before = p.client.connection_stats(c).unwrap();
+        // The only datagram of the message is lost on the way (with anything else the client
+        // sends at that moment).
+        p.client
+            .send(
+                p.now,
+                c,
+                Bytes::from_static(&[0x86, 0xff]),
+                SendOptions::new(Reliability::ReliableOrdered),
+            )
+            .unwrap();
+        let sent = p.now;
+        let mut buf = Vec::new();
+        let mut dropped = 0;
+        while p.client.poll_transmit(p.now, &mut buf).is_some() {
+            dropped += 1;
+        }
+        assert!(dropped >= 1, "{congestion:?}");
+        let arrived = p.drive_until(Duration::from_secs(2), |p| {
+            p.server_events
+                .iter()
+                .any(|e| matches!(e, Event::Message { payload, .. } if payload[..] == [0x86, 0xff]))
+        });
+        assert!(arrived);
+        let took = p.now - sent;
+        let after = p.client.connection_stats(c).unwrap();
+        eprintln!(
+            "{congestion:?}: recovered in {took:?} (srtt {:?}, RTO {:?})",
+            before.srtt, before.rto
+        );
+        assert_eq!(
+            after.tail_probes - before.tail_probes,
+            1,
+            "{congestion:?}: {took:?}"
+        );
+        // About two round trips (the probe timeout is SRTT + 4 RTTVAR + 20 ms of ACK delay,
+        // then a one-way trip), and at least a round trip before the RTO alone would have
+        // recovered it (RTO + one way).
+        assert!(
+            took <= before.srtt * 2 + ONE_WAY * 2,
+            "{congestion:?}: {took:?}"
+        );
+        assert!(
+            took + BASE_RTT <= before.rto + ONE_WAY,
+            "{congestion:?}: {took:?}"
+        );
+    }
+}
