@@ -397,6 +397,7 @@ defmodule RakNet.Server.Config do
         value == nil or (is_integer(value) and value >= 100),
         "nil or an integer >= 100 (ms)"
       )
+
   defp validate(:congestion_control, value),
     do: check(:congestion_control, value, value in [:reno, :bbr], ":reno or :bbr")
 
