@@ -146,7 +146,12 @@ defmodule RakNet.FaultsTest do
       end
 
       assert_receive {:DOWN, ^ref, :process, ^pid, reason}, 5_000
-      assert {%RuntimeError{message: "raised in " <> _}, _stack} = reason
+
+      # new/3 raises right after telling us its pid: the process may be gone before the
+      # monitor is set up (:noproc); the peer's disconnection below still shows it ended.
+      unless callback == :new and reason == :noproc do
+        assert {%RuntimeError{message: "raised in " <> _}, _stack} = reason
+      end
 
       unless callback == :disconnect do
         assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
