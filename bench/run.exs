@@ -136,7 +136,13 @@ defmodule Bench do
         max_connections: 20_000,
         # Every simulated player of the load tester comes from 127.0.0.1.
         max_connections_per_ip: 20_000,
-        client_data: client_data
+        client_data: client_data,
+        # BENCH_ENDPOINT_THREADS=1 measures the single-threaded server; unset, the default.
+        endpoint_threads:
+          case System.get_env("BENCH_ENDPOINT_THREADS") do
+            nil -> nil
+            n -> String.to_integer(n)
+          end
       )
 
     Process.unlink(sup)
@@ -450,6 +456,36 @@ defmodule Bench do
 
   def load(args), do: with_server([echo: true], &load(&1, args))
 
+  @doc """
+  Scenario 5: `conns` connections x 20 msg/s of 40 B unreliable_sequenced, each echoed;
+  the median of the runs per connection count.
+  """
+  def scale(counts) do
+    for conns <- counts do
+      runs =
+        repeat(fn ->
+          load(
+            ~w(--connections #{conns} --rate 20 --size 40 --reliability unreliable_sequenced --duration 6)
+          )
+        end)
+
+      keys = [
+        :connections,
+        :in_per_s,
+        :p50_ms,
+        :p99_ms,
+        :unanswered,
+        :server_cpu_share_of_one_core,
+        :load_tester_cpu_share_of_one_core,
+        :bytes_per_connection_beam,
+        :bytes_per_connection_rust
+      ]
+
+      Map.new(keys, &{&1, median(runs, &1)})
+      |> Map.merge(%{target_connections: conns, failures: failures(runs)})
+    end
+  end
+
   defp load(server, args) do
     {beam0, rust0} = {:erlang.memory(:total), RakNet.native_memory()}
 
@@ -617,6 +653,22 @@ started = System.monotonic_time(:second)
 n = Bench.runs()
 
 IO.puts("== make bench on #{System.schedulers_online()} cores, OTP #{System.otp_release()} ==")
+# BENCH_ONLY=5 runs scenario 5 alone (BENCH_SCALE=1000,5000 picks the connection counts)
+# and prints its medians; nothing is recorded.
+if System.get_env("BENCH_ONLY") == "5" do
+  counts =
+    System.get_env("BENCH_SCALE", "1000,5000,10000")
+    |> String.split(",", trim: true)
+    |> Enum.map(&String.to_integer/1)
+
+  IO.puts(
+    "-- 5. scale, endpoint threads #{System.get_env("BENCH_ENDPOINT_THREADS", "default")} (x#{n})"
+  )
+
+  for s <- Bench.scale(counts), do: IO.inspect(s)
+  System.halt(0)
+end
+
 IO.puts("-- Rust: codec, engine over the simulator, raw UDP (the physical limit)")
 codec = Bench.attempt(&Bench.codec/0)
 engine = Bench.attempt(&Bench.engine/0)
@@ -643,30 +695,7 @@ latency =
 
 IO.puts("-- 5. scale: N connections x 20 msg/s of 40 B unreliable_sequenced, each echoed (x#{n})")
 
-scale =
-  for conns <- [1_000, 5_000, 10_000] do
-    runs =
-      Bench.repeat(fn ->
-        Bench.load(
-          ~w(--connections #{conns} --rate 20 --size 40 --reliability unreliable_sequenced --duration 6)
-        )
-      end)
-
-    keys = [
-      :connections,
-      :in_per_s,
-      :p50_ms,
-      :p99_ms,
-      :unanswered,
-      :server_cpu_share_of_one_core,
-      :load_tester_cpu_share_of_one_core,
-      :bytes_per_connection_beam,
-      :bytes_per_connection_rust
-    ]
-
-    Map.new(keys, &{&1, Bench.median(runs, &1)})
-    |> Map.merge(%{target_connections: conns, failures: Bench.failures(runs)})
-  end
+scale = Bench.scale([1_000, 5_000, 10_000])
 
 IO.puts("-- 7. send/3 from another process: to the connection pid, and to its handle (x#{n})")
 send_paths = Bench.repeat(&Bench.send_paths/0)

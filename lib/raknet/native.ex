@@ -49,6 +49,11 @@ defmodule RakNet.Native do
   def endpoint_start(_opts, _owner), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  @spec endpoint_start_group(map(), pid(), pos_integer()) ::
+          {:ok, [reference(), ...]} | {:error, term()}
+  def endpoint_start_group(_opts, _owner, _count), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_info(reference()) :: map() | {:error, :closed}
   def endpoint_info(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -15,9 +15,11 @@ defmodule RakNet.Server do
 
   Under the hood a server is a supervisor (`:rest_for_one`) of a `DynamicSupervisor` for the
   connection processes and a listener process that owns the sockets: one IPv4 socket and,
-  with `open_ipv6_socket: true`, one IPv6 socket, each with its own protocol engine on a Rust
-  thread. Stopping the server (or its supervisor) sends every client a disconnection
-  notification first.
+  with `open_ipv6_socket: true`, one IPv6 socket. Each socket's port is served by
+  `:endpoint_threads` Rust threads (default: one per scheduler), each with its own
+  `SO_REUSEPORT` socket and protocol engine; the kernel sends a client's datagrams to one of
+  them by a hash of its address, and the connection limits are shared between them. Stopping
+  the server (or its supervisor) sends every client a disconnection notification first.
   """
   use Supervisor
 
@@ -61,10 +63,13 @@ defmodule RakNet.Server do
     * `:ipv4_port` / `:ipv6_port` - the bound ports (the real ones when started with port 0),
       `nil` for a socket that is not open;
     * `:connections` - the number of connection processes;
-    * `:endpoints` - per socket, the runtime's `%{port:, address:, guid:, connections:,
-      stats:}`, where `stats` holds the socket's counters (`offline_in`, `pongs_sent`,
-      `refused_full`, `incompatible_protocol`, `malformed`, `bad_cookies`, ...) and the
-      buffer sizes the kernel granted (`recv_buffer_bytes`, `send_buffer_bytes`).
+    * `:endpoints` - per socket (address family), the runtime's `%{port:, address:, guid:,
+      connections:, stats:, rates:, threads:}`, where `stats` holds the socket's counters
+      (`offline_in`, `pongs_sent`, `refused_full`, `incompatible_protocol`, `malformed`,
+      `bad_cookies`, ...) and the buffer sizes the kernel granted (`recv_buffer_bytes`,
+      `send_buffer_bytes`, per thread's socket), summed over its endpoint threads, and
+      `threads` lists each thread's `%{connections:, stats:}` (see `:endpoint_threads` in
+      `RakNet.Server.Config`).
       Per-connection counters (datagrams, bytes, resends, `deliveries_dropped`) come from
       `RakNet.Connection.info/1`.
   """
@@ -283,7 +288,7 @@ defmodule RakNet.Server do
   def resume(server), do: GenServer.call(listener(server), {:suspended, false})
 
   @doc """
-  Changes `:max_connections` (per socket) at once. A lower limit closes nobody: newcomers are
+  Changes `:max_connections` (per socket, all its endpoint threads together) at once. A lower limit closes nobody: newcomers are
   refused until enough players have left.
 
       :ok = RakNet.Server.set_max_connections(server, 200)
@@ -400,12 +405,15 @@ defmodule RakNet.Server.Listener do
 
   defp ignored_reason(_option), do: "X-Plane's library does not use it either"
 
-  defp open(_config, [], acc), do: {:ok, Enum.reverse(acc)}
+  defp open(_config, [], acc), do: {:ok, acc}
 
+  # Each family's port is served by a group of endpoints, one per thread.
   defp open(config, [family | rest], acc) do
-    case Native.endpoint_start(Config.to_native(config, family), self()) do
-      {:ok, endpoint} ->
-        open(config, rest, [{family, endpoint} | acc])
+    threads = Config.endpoint_threads(config)
+
+    case Native.endpoint_start_group(Config.to_native(config, family, threads), self(), threads) do
+      {:ok, group} ->
+        open(config, rest, acc ++ Enum.map(group, &{family, &1}))
 
       {:error, reason} ->
         Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint) end)
@@ -415,13 +423,7 @@ defmodule RakNet.Server.Listener do
 
   @impl GenServer
   def handle_call(:info, _from, state) do
-    # An endpoint that cannot answer (its thread just ended) is left out, never a crash here.
-    infos =
-      for {family, endpoint} <- state.endpoints,
-          info = endpoint_info(endpoint),
-          is_map(info),
-          do: {family, info}
-
+    infos = family_infos(state)
     port = fn family -> infos |> Keyword.get(family, %{}) |> Map.get(:port) end
     count = DynamicSupervisor.count_children(connections(state)).active
 
@@ -541,10 +543,7 @@ defmodule RakNet.Server.Listener do
     schedule_telemetry(state.config)
 
     telemetry =
-      for {family, endpoint} <- state.endpoints,
-          info = endpoint_info(endpoint),
-          is_map(info),
-          into: %{} do
+      for {family, info} <- family_infos(state), into: %{} do
         previous = Map.get(state.telemetry, family, %{})
         {family, RakNet.Telemetry.server_stats(state.supervisor, family, info, previous)}
       end
@@ -573,6 +572,62 @@ defmodule RakNet.Server.Listener do
 
     :ok
   end
+
+  # Per address family, the info of its endpoint threads added up. An endpoint that cannot
+  # answer (its thread just ended) is left out, never a crash here.
+  defp family_infos(state) do
+    infos =
+      for {family, endpoint} <- state.endpoints,
+          info = endpoint_info(endpoint),
+          is_map(info),
+          do: {family, info}
+
+    for family <- infos |> Enum.map(&elem(&1, 0)) |> Enum.uniq() do
+      {family,
+       infos |> Enum.filter(&(elem(&1, 0) == family)) |> Enum.map(&elem(&1, 1)) |> merge()}
+    end
+  end
+
+  # Counters and per-second rates add up; the group-wide buffered bytes (every thread reports
+  # the same total), RTT percentiles and loss are the worst thread's.
+  @not_summed [:buffered_bytes]
+  @worst [:rtt_p50_ms, :rtt_p90_ms, :rtt_p99_ms, :rtt_max_ms, :packet_loss]
+
+  defp merge([first | _] = infos) do
+    stats =
+      infos
+      |> Enum.map(&Map.get(&1, :stats, %{}))
+      |> Enum.reduce(fn stats, acc ->
+        Map.merge(acc, stats, fn
+          key, a, b when key in @not_summed -> max(a, b)
+          _key, a, b -> a + b
+        end)
+      end)
+
+    rates =
+      infos
+      |> Enum.map(&Map.get(&1, :rates, %{}))
+      |> Enum.reduce(fn rates, acc ->
+        Map.merge(acc, rates, fn
+          key, a, b when key in @worst -> max(a, b)
+          key, a, b when key in [:worst_rtt, :worst_loss] -> worst(key, a ++ b)
+          _key, a, b -> a + b
+        end)
+      end)
+
+    threads = Enum.map(infos, &%{connections: &1.connections, stats: &1.stats})
+
+    %{
+      first
+      | connections: infos |> Enum.map(& &1.connections) |> Enum.sum(),
+        stats: stats
+    }
+    |> Map.put(:rates, rates)
+    |> Map.put(:threads, threads)
+  end
+
+  defp worst(:worst_rtt, list), do: list |> Enum.sort_by(& &1.rtt_ms, :desc) |> Enum.take(5)
+  defp worst(:worst_loss, list), do: list |> Enum.sort_by(& &1.packet_loss, :desc) |> Enum.take(5)
 
   defp endpoint_info(endpoint) do
     Native.endpoint_info(endpoint)

@@ -51,8 +51,8 @@ defmodule RakNet.Server.Config do
     * `:max_number_of_internal_ids` - internal addresses in the connection-request-accepted
       message at protocol 6 (official RakNet's `MAXIMUM_NUMBER_OF_INTERNAL_IDS`; protocols 10
       and 11 use 20). Default `10`.
-    * `:max_connections` - connections per socket; beyond it clients are refused with "no free
-      incoming connections". Default `1024`.
+    * `:max_connections` - connections per socket (all its `:endpoint_threads` together);
+      beyond it clients are refused with "no free incoming connections". Default `1024`.
     * `:protocol_versions` - the RakNet protocol versions accepted, the first preferred; other
       clients are refused with their version. Default `[11, 10, 6]`.
     * `:min_mtu` / `:max_mtu` - MTU bounds in bytes, 400..1500. Defaults `400` / `1492`.
@@ -104,6 +104,18 @@ defmodule RakNet.Server.Config do
       bandwidth and ignores random loss (43 / 40 / 31 MB/s), reacting only to heavy,
       persistent loss; it is not yet fair between flows sharing a bottleneck. Only the
       sender's choice matters (peers need nothing). Default `:reno`.
+    * `:endpoint_threads` - how many threads serve each socket's port: that many UDP sockets
+      bound to the port with `SO_REUSEPORT`, each read by its own thread with its own
+      protocol engine. The kernel picks the socket by a hash of the client's address and
+      port, so a client always lands on the same thread and connections spread over all of
+      them. `:max_connections`, `:max_connections_per_ip` and `:max_buffered_bytes` are
+      shared by the threads (atomic counters) and keep their server-wide meaning exactly;
+      `:max_half_open`, `:max_half_open_per_ip`, `:new_connections_per_ip_per_sec`,
+      `:pongs_per_ip_per_sec` and `:pong_bytes_per_sec` are divided among them (rounded up),
+      so a client using one source port sees its thread's share. With more than one thread,
+      the server refuses to start (`:eaddrinuse`) when anything already holds the port. Not
+      on Windows (one thread there). Default `nil`: the number of online schedulers
+      (`System.schedulers_online/0`); at most 1024.
   """
   @type option ::
           {:host, :inet.ip_address() | String.t() | nil}
@@ -137,6 +149,7 @@ defmodule RakNet.Server.Config do
           | {:max_buffered_bytes, pos_integer()}
           | {:telemetry_interval_ms, pos_integer() | nil}
           | {:congestion_control, :reno | :bbr}
+          | {:endpoint_threads, 1..1024 | nil}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -172,6 +185,7 @@ defmodule RakNet.Server.Config do
             max_buffered_bytes: 536_870_912,
             telemetry_interval_ms: 1_000,
             congestion_control: :reno,
+            endpoint_threads: nil,
             ignored_options: []
 
   @typedoc "A validated configuration."
@@ -401,6 +415,15 @@ defmodule RakNet.Server.Config do
   defp validate(:congestion_control, value),
     do: check(:congestion_control, value, value in [:reno, :bbr], ":reno or :bbr")
 
+  defp validate(:endpoint_threads, value),
+    do:
+      check(
+        :endpoint_threads,
+        value,
+        value == nil or (is_integer(value) and value in 1..1024),
+        "nil or an integer in 1..1024"
+      )
+
   defp check(_key, value, true, _expected), do: value
 
   defp check(key, value, false, expected),
@@ -439,9 +462,31 @@ defmodule RakNet.Server.Config do
 
   def parse_ip(_value), do: :error
 
-  @doc "The `endpoint_start` options (docs/nif-contract.md) for the socket of `family`."
-  @spec to_native(t(), :inet | :inet6) :: map()
-  def to_native(%__MODULE__{} = c, family) do
+  @doc """
+  How many endpoint threads serve each socket: `:endpoint_threads`, or the number of
+  online schedulers.
+
+      iex> RakNet.Server.Config.new(MyGame.Player, 0, endpoint_threads: 3)
+      ...> |> RakNet.Server.Config.endpoint_threads()
+      3
+  """
+  @spec endpoint_threads(t()) :: pos_integer()
+  def endpoint_threads(%__MODULE__{endpoint_threads: nil}), do: System.schedulers_online()
+  def endpoint_threads(%__MODULE__{endpoint_threads: n}), do: n
+
+  @doc """
+  The `endpoint_start` options (docs/nif-contract.md) for one of `threads` endpoints serving
+  the socket of `family`: the limits that are not shared between them are divided among
+  them, rounded up.
+
+      iex> config = RakNet.Server.Config.new(MyGame.Player, 0, pongs_per_ip_per_sec: 16)
+      iex> RakNet.Server.Config.to_native(config, :inet, 3).pongs_per_ip_per_sec
+      6
+  """
+  @spec to_native(t(), :inet | :inet6, pos_integer()) :: map()
+  def to_native(%__MODULE__{} = c, family, threads \\ 1) do
+    share = fn value -> div(value + threads - 1, threads) end
+
     {bind, port} =
       case family do
         :inet -> {c.ip, c.port}
@@ -482,12 +527,14 @@ defmodule RakNet.Server.Config do
       max_buffered_bytes: c.max_buffered_bytes,
       congestion_control: c.congestion_control,
       handshake_timeout_ms: c.handshake_timeout_ms,
-      max_half_open: c.max_half_open,
-      max_half_open_per_ip: c.max_half_open_per_ip,
+      # Shared by the endpoints of a group (max_connections too): not divided.
       max_connections_per_ip: c.max_connections_per_ip,
-      new_connections_per_ip_per_sec: c.new_connections_per_ip_per_sec,
-      pongs_per_ip_per_sec: c.pongs_per_ip_per_sec,
-      pong_bytes_per_sec: c.pong_bytes_per_sec,
+      # Each endpoint's share.
+      max_half_open: share.(c.max_half_open),
+      max_half_open_per_ip: share.(c.max_half_open_per_ip),
+      new_connections_per_ip_per_sec: share.(c.new_connections_per_ip_per_sec),
+      pongs_per_ip_per_sec: share.(c.pongs_per_ip_per_sec),
+      pong_bytes_per_sec: share.(c.pong_bytes_per_sec),
       pong_amplification: c.pong_amplification
     }
   end

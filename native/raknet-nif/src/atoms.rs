@@ -60,6 +60,7 @@ rustler::atoms! {
     bad_priority,
     empty,
     invalid_option,
+    threads,
     eaddrinuse,
     eacces,
     eaddrnotavail,

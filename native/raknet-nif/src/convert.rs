@@ -157,7 +157,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
 
 /// A seed for GUIDs and cookie keys: the engine takes randomness from its config, so the
 /// runtime supplies some from the standard library's randomly keyed hasher.
-fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

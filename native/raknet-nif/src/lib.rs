@@ -4,7 +4,9 @@
 //! Every NIF here runs on a scheduler thread (the two `*_info` calls on a dirty I/O scheduler,
 //! since they wait for the endpoint thread's answer): it validates its arguments, enqueues a
 //! command and returns at once. Sockets, timers and delivery live on the endpoint threads
-//! (`driver.rs`), one per endpoint.
+//! (`driver.rs`), one per endpoint. A server may run several endpoints on one port, one per
+//! thread (`endpoint_start_group`): `SO_REUSEPORT` sockets that the kernel picks by the peer's
+//! address, sharing connection limits through a [`raknet_proto::EndpointGroup`].
 
 mod alloc;
 mod atoms;
@@ -17,10 +19,11 @@ mod udp;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use raknet_proto::{Endpoint, SendOptions, ORDERING_CHANNELS};
+use raknet_proto::{Endpoint, EndpointGroup, SendOptions, ORDERING_CHANNELS};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
 use crate::command::Command;
@@ -88,8 +91,9 @@ type Bound = (StdUdpSocket, (usize, usize), bool);
 
 /// Bind a UDP socket the way the endpoint wants it: large buffers, non-blocking, for IPv6
 /// either IPv6-only (IPv4 gets its own socket) or dual-stack, and when bound to every address,
-/// reporting which one each datagram was sent to.
-fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<Bound> {
+/// reporting which one each datagram was sent to. With `reuse_port`, `SO_REUSEPORT` is set
+/// before binding, so that the other sockets of an endpoint group can bind the same port.
+fn bind(addr: SocketAddr, dual_stack: bool, reuse_port: bool) -> std::io::Result<Bound> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if addr.is_ipv4() {
         Domain::IPV4
@@ -102,6 +106,12 @@ fn bind(addr: SocketAddr, dual_stack: bool) -> std::io::Result<Bound> {
     }
     let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
     let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    #[cfg(unix)]
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    #[cfg(not(unix))]
+    let _ = reuse_port;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     let buffers = (
@@ -153,22 +163,21 @@ fn spawn_own_thread(
     me: ResourceArc<EndpointResource>,
     owner: LocalPid,
     local: SocketAddr,
+    name: String,
 ) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name(format!("raknet-{}", local.port()))
-        .spawn(move || {
-            let run = std::panic::AssertUnwindSafe(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_io()
-                    .enable_time()
-                    .build()?;
-                runtime.block_on(driver)
-            });
-            // A panic ends this endpoint only: the BEAM and every other endpoint live on.
-            if let Err(panic) = std::panic::catch_unwind(run) {
-                report_panic(me, owner, local, &panic_text(panic.as_ref()));
-            }
-        })?;
+    std::thread::Builder::new().name(name).spawn(move || {
+        let run = std::panic::AssertUnwindSafe(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()?;
+            runtime.block_on(driver)
+        });
+        // A panic ends this endpoint only: the BEAM and every other endpoint live on.
+        if let Err(panic) = std::panic::catch_unwind(run) {
+            report_panic(me, owner, local, &panic_text(panic.as_ref()));
+        }
+    })?;
     Ok(())
 }
 
@@ -216,57 +225,129 @@ fn spawn_shared(
 
 #[rustler::nif]
 fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a> {
-    let options = match convert::endpoint_options(opts) {
-        Ok(o) => o,
-        Err(key) => {
-            return error(
-                env,
-                (
-                    atoms::invalid_option(),
-                    Atom::from_str(env, key).map_or(atoms::einval(), |a| a),
-                ),
-            )
-        }
-    };
-    let (socket, buffers, pktinfo) = match bind(options.bind, options.dual_stack) {
-        Ok(s) => s,
-        Err(e) => return error(env, io_error(&e)),
-    };
-    let local = match socket.local_addr() {
-        Ok(a) => a,
-        Err(e) => return error(env, io_error(&e)),
-    };
-    let endpoint = Endpoint::new(options.config, local, Instant::now());
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let me = ResourceArc::new(EndpointResource {
-        tx,
-        local,
-        guid: endpoint.guid(),
-        dual_stack: options.dual_stack,
-        buffers,
-        max_send_bytes: endpoint.config().limits.max_send_queue_bytes,
-        max_message_bytes: endpoint.config().limits.max_message_bytes,
-        budget: options.budget,
-        fault_injection: options.fault_injection,
-    });
-    env.monitor(&me, &owner);
-    let thread_me = me.clone();
-    let driver = async move {
-        let socket = udp::Udp::new(tokio::net::UdpSocket::from_std(socket)?, pktinfo);
-        driver::Driver::new(endpoint, socket, rx, thread_me, owner)
-            .run()
-            .await;
-        Ok::<(), std::io::Error>(())
-    };
-    let spawned = if options.shared_thread {
-        spawn_shared(driver, me.clone(), owner, local)
-    } else {
-        spawn_own_thread(driver, me.clone(), owner, local)
-    };
-    match spawned {
-        Ok(()) => (atoms::ok(), me).encode(env),
-        Err(e) => error(env, io_error(&e)),
+    match start_endpoints(env, opts, owner, 1) {
+        Ok(mut started) => match started.pop() {
+            Some(me) => (atoms::ok(), me).encode(env),
+            None => error(env, atoms::einval()),
+        },
+        Err(reason) => reason,
     }
+}
+
+/// The most endpoint threads one group may have.
+const MAX_GROUP: usize = 1024;
+
+/// `count` endpoints on one port, each on its own thread with its own `SO_REUSEPORT` socket,
+/// one GUID and shared connection limits (`raknet_proto::EndpointGroup`): `{:ok, [endpoint]}`.
+/// The kernel sends each peer address's datagrams to one of the sockets (a hash of the
+/// addresses), so a handshake stays on one endpoint. Where `SO_REUSEPORT` does not exist
+/// (not Unix), one endpoint is started whatever `count` says.
+#[rustler::nif]
+fn endpoint_start_group<'a>(
+    env: Env<'a>,
+    opts: Term<'a>,
+    owner: LocalPid,
+    count: usize,
+) -> Term<'a> {
+    if count == 0 || count > MAX_GROUP {
+        return error(env, (atoms::invalid_option(), atoms::threads()));
+    }
+    let count = if cfg!(unix) { count } else { 1 };
+    match start_endpoints(env, opts, owner, count) {
+        Ok(started) => (atoms::ok(), started).encode(env),
+        Err(reason) => reason,
+    }
+}
+
+/// Bind `count` sockets for `bind` (one without `SO_REUSEPORT` when `count` is 1).
+///
+/// For a group, a socket without `SO_REUSEPORT` is bound first and closed at once: that fails
+/// with `eaddrinuse` when anything holds the port, a group of `SO_REUSEPORT` sockets included,
+/// which the group's own sockets would otherwise join (Linux lets sockets of one effective
+/// user share a port that way). It also picks the port when `bind` says 0.
+fn bind_all(bind: SocketAddr, dual_stack: bool, count: usize) -> std::io::Result<Vec<Bound>> {
+    if count == 1 {
+        return Ok(vec![self::bind(bind, dual_stack, false)?]);
+    }
+    let port = {
+        let (probe, _, _) = self::bind(bind, dual_stack, false)?;
+        probe.local_addr()?.port()
+    };
+    let addr = SocketAddr::new(bind.ip(), port);
+    (0..count)
+        .map(|_| self::bind(addr, dual_stack, true))
+        .collect()
+}
+
+fn start_endpoints<'a>(
+    env: Env<'a>,
+    opts: Term<'a>,
+    owner: LocalPid,
+    count: usize,
+) -> Result<Vec<ResourceArc<EndpointResource>>, Term<'a>> {
+    let options = convert::endpoint_options(opts).map_err(|key| {
+        error(
+            env,
+            (
+                atoms::invalid_option(),
+                Atom::from_str(env, key).map_or(atoms::einval(), |a| a),
+            ),
+        )
+    })?;
+    let sockets =
+        bind_all(options.bind, options.dual_stack, count).map_err(|e| error(env, io_error(&e)))?;
+    let group = Arc::new(EndpointGroup::default());
+    let mut config = options.config.clone();
+    let mut started: Vec<ResourceArc<EndpointResource>> = Vec::with_capacity(count);
+    for (i, (socket, buffers, pktinfo)) in sockets.into_iter().enumerate() {
+        let local = socket.local_addr().map_err(|e| error(env, io_error(&e)))?;
+        if i > 0 {
+            // Each engine its own randomness (cookie keys); one GUID for the whole server.
+            config.rng_seed = convert::seed();
+        }
+        let endpoint = Endpoint::new_in_group(config.clone(), local, Instant::now(), group.clone());
+        config.guid = Some(endpoint.guid());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let me = ResourceArc::new(EndpointResource {
+            tx,
+            local,
+            guid: endpoint.guid(),
+            dual_stack: options.dual_stack,
+            buffers,
+            max_send_bytes: endpoint.config().limits.max_send_queue_bytes,
+            max_message_bytes: endpoint.config().limits.max_message_bytes,
+            budget: options.budget,
+            fault_injection: options.fault_injection,
+        });
+        env.monitor(&me, &owner);
+        let thread_me = me.clone();
+        let driver = async move {
+            let socket = udp::Udp::new(tokio::net::UdpSocket::from_std(socket)?, pktinfo);
+            driver::Driver::new(endpoint, socket, rx, thread_me, owner)
+                .run()
+                .await;
+            Ok::<(), std::io::Error>(())
+        };
+        let name = if count == 1 {
+            format!("raknet-{}", local.port())
+        } else {
+            format!("raknet-{}-{i}", local.port())
+        };
+        let spawned = if options.shared_thread {
+            spawn_shared(driver, me.clone(), owner, local)
+        } else {
+            spawn_own_thread(driver, me.clone(), owner, local, name)
+        };
+        if let Err(e) = spawned {
+            // The endpoints already running stop with their sockets.
+            for other in &started {
+                let _ = other.tx.send(Command::Stop);
+            }
+            return Err(error(env, io_error(&e)));
+        }
+        started.push(me);
+    }
+    Ok(started)
 }
 
 /// Ask the endpoint thread for a term (waits up to a second; dirty scheduler).

@@ -4,8 +4,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -190,8 +190,80 @@ pub struct EndpointStats {
     /// Offline replies dropped because the reply queue was full.
     pub offline_queue_full: u64,
     /// Bytes of peer data all connections buffer now (split reassembly, messages held for
-    /// ordering); bounded by [`crate::Limits::max_endpoint_buffered_bytes`].
+    /// ordering); bounded by [`crate::Limits::max_endpoint_buffered_bytes`]. With an
+    /// [`EndpointGroup`], the whole group's bytes (every endpoint reports the same total).
     pub buffered_bytes: usize,
+}
+
+/// What the endpoints of one server share when it runs several, one per thread (sockets bound
+/// to one port with `SO_REUSEPORT`, which the kernel picks by the peer's address): the
+/// connection count that [`Limits::max_connections`](crate::Limits::max_connections) bounds,
+/// the connections of each IP address
+/// ([`AdmissionLimits::max_connections_per_ip`](crate::AdmissionLimits::max_connections_per_ip))
+/// and the buffered bytes
+/// ([`Limits::max_endpoint_buffered_bytes`](crate::Limits::max_endpoint_buffered_bytes)).
+/// Those limits then hold for the group as a whole. A connection slot is taken with an atomic
+/// compare-and-add, so two endpoints never both take the last one.
+///
+/// Give every endpoint of the group a clone of one `Arc` ([`Endpoint::new_in_group`]); an
+/// endpoint made with [`Endpoint::new`] has a group of its own.
+#[derive(Debug, Default)]
+pub struct EndpointGroup {
+    live: AtomicUsize,
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    buffered: Arc<AtomicUsize>,
+}
+
+impl EndpointGroup {
+    /// Connections of every endpoint of the group (handshakes completed or under way as a
+    /// client).
+    pub fn connections(&self) -> usize {
+        self.live.load(AtomicOrdering::SeqCst)
+    }
+
+    /// Connections from `ip` on every endpoint of the group.
+    pub fn connections_from(&self, ip: IpAddr) -> usize {
+        self.ip_map().get(&ip).copied().unwrap_or(0)
+    }
+
+    fn ip_map(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        // The map is left consistent at every step, so a poisoned lock is still usable.
+        self.per_ip.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take a connection slot if fewer than `max` are taken.
+    fn reserve(&self, max: usize) -> bool {
+        self.live
+            .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, ip: IpAddr) {
+        let _ = self
+            .live
+            .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
+                Some(n.saturating_sub(1))
+            });
+        let mut map = self.ip_map();
+        if let Some(n) = map.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&ip);
+            }
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    /// The group's counts forget this endpoint's connections (its thread ended while the
+    /// others carry on).
+    fn drop(&mut self) {
+        for conn in self.slots.iter().filter_map(|s| s.conn.as_ref()) {
+            self.group.release(conn.addr().ip());
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -228,7 +300,8 @@ pub struct Endpoint {
     ready: VecDeque<ConnId>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     events: VecDeque<Event>,
-    per_ip: HashMap<IpAddr, usize>,
+    /// Shared with the other endpoints of a server (connection and buffer limits).
+    group: Arc<EndpointGroup>,
     new_conn_rates: IpRates,
     pong_rates: IpRates,
     pong_budget: TokenBucket,
@@ -243,6 +316,18 @@ pub struct Endpoint {
 impl Endpoint {
     /// An endpoint bound (by its driver) to `local_addr`. `now` starts its RakNet clock.
     pub fn new(config: EndpointConfig, local_addr: SocketAddr, now: Instant) -> Self {
+        Self::new_in_group(config, local_addr, now, Arc::default())
+    }
+
+    /// Like [`Endpoint::new`], one of several endpoints of one server that share `group`'s
+    /// connection and buffer limits (see [`EndpointGroup`]). Give them one
+    /// [`EndpointConfig::guid`] too: a client must see one server whichever endpoint answers.
+    pub fn new_in_group(
+        config: EndpointConfig,
+        local_addr: SocketAddr,
+        now: Instant,
+        group: Arc<EndpointGroup>,
+    ) -> Self {
         let mut rng = Rng::new(config.rng_seed);
         let guid = config.guid.unwrap_or_else(|| rng.next_u64());
         let handshake = ServerHandshake::new(&mut rng, &config);
@@ -263,14 +348,14 @@ impl Endpoint {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
-            per_ip: HashMap::new(),
+            buffered: group.buffered.clone(),
+            group,
             new_conn_rates: IpRates::new(tracked),
             pong_rates: IpRates::new(tracked),
             pong_budget: TokenBucket::full(pong_bytes, 0),
             bans: Bans::default(),
             stats: EndpointStats::default(),
             suspended: false,
-            buffered: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -438,7 +523,7 @@ impl Endpoint {
         if self.by_addr.contains_key(&to) {
             return Err(ConnectError::AddressInUse);
         }
-        if self.live >= self.config.limits.max_connections {
+        if !self.group.reserve(self.config.limits.max_connections) {
             return Err(ConnectError::TooManyConnections);
         }
         let conn = Connection::client(
@@ -606,8 +691,8 @@ impl Endpoint {
         let Step::Establish(acc) = step else { return };
         self.handshake.remove(from);
         if self.suspended
-            || self.live >= self.config.limits.max_connections
             || self.by_guid.contains_key(&acc.guid)
+            || !self.group.reserve(self.config.limits.max_connections)
         {
             self.stats.refused_full_late += 1;
             return;
@@ -633,7 +718,7 @@ impl Endpoint {
     fn has_free_slot(&self) -> bool {
         self.config.accept_incoming
             && !self.suspended
-            && self.live < self.config.limits.max_connections
+            && self.group.connections() < self.config.limits.max_connections
     }
 
     fn on_ping(&mut self, now_ms: u64, from: SocketAddr, ping: UnconnectedPing, len: usize) {
@@ -678,7 +763,7 @@ impl Endpoint {
             return self.queue_offline(from, &AlreadyConnected { server_guid: guid });
         }
         let ip = from.ip();
-        let ip_conns = self.per_ip.get(&ip).copied().unwrap_or(0);
+        let ip_conns = self.group.connections_from(ip);
         let full = !self.has_free_slot();
         let admission = self.config.admission.clone();
         let rates = &mut self.new_conn_rates;
@@ -819,8 +904,9 @@ impl Endpoint {
     fn insert(&mut self, mut conn: Connection) -> ConnId {
         conn.memory = MemoryShare::new(self.buffered.clone());
         let addr = conn.addr();
+        // The group's slot was taken by `EndpointGroup::reserve`.
         self.live += 1;
-        *self.per_ip.entry(addr.ip()).or_insert(0) += 1;
+        *self.group.ip_map().entry(addr.ip()).or_insert(0) += 1;
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -919,12 +1005,7 @@ impl Endpoint {
                 self.by_guid.remove(&guid);
             }
             self.live -= 1;
-            if let Some(n) = self.per_ip.get_mut(&addr.ip()) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_ip.remove(&addr.ip());
-                }
-            }
+            self.group.release(addr.ip());
             return;
         }
         let t = conn.poll_timeout();

@@ -1,0 +1,232 @@
+//! Several endpoints of one server (one per thread, `SO_REUSEPORT` sockets on one port) share
+//! their connection limits through an `EndpointGroup`. The kernel sends each client's
+//! datagrams to one socket; here each client is pinned to one endpoint the same way.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use raknet_proto::*;
+
+const SERVER: &str = "127.0.0.1:19132";
+
+struct Net {
+    now: Instant,
+    servers: Vec<Endpoint>,
+    /// A client, its address and the server endpoint its datagrams land on.
+    clients: Vec<(Endpoint, SocketAddr, usize)>,
+    client_events: Vec<Vec<Event>>,
+    server_events: Vec<Vec<Event>>,
+    buf: Vec<u8>,
+}
+
+impl Net {
+    /// `n` server endpoints sharing one group (or each alone with `shared: false`) and one
+    /// GUID.
+    fn new(n: usize, shared: bool, config: EndpointConfig) -> Self {
+        let now = Instant::now();
+        let group = Arc::new(EndpointGroup::default());
+        let servers = (0..n)
+            .map(|i| {
+                let config = EndpointConfig {
+                    rng_seed: 7 + i as u64,
+                    guid: Some(0x5e5e),
+                    ..config.clone()
+                };
+                let group = if shared {
+                    group.clone()
+                } else {
+                    Arc::default()
+                };
+                Endpoint::new_in_group(config, SERVER.parse().unwrap(), now, group)
+            })
+            .collect();
+        Self {
+            now,
+            servers,
+            clients: Vec::new(),
+            client_events: Vec::new(),
+            server_events: vec![Vec::new(); n],
+            buf: Vec::with_capacity(2048),
+        }
+    }
+
+    /// A client on `port` of 127.0.0.1 whose datagrams land on server endpoint `on`; it
+    /// starts connecting at once.
+    fn connect(&mut self, ip: &str, port: u16, on: usize) -> usize {
+        let addr = SocketAddr::new(ip.parse().unwrap(), port);
+        let config = EndpointConfig {
+            rng_seed: u64::from(port),
+            accept_incoming: false,
+            ..EndpointConfig::default()
+        };
+        let mut client = Endpoint::new(config, addr, self.now);
+        client.connect(self.now, SERVER.parse().unwrap()).unwrap();
+        self.clients.push((client, addr, on));
+        self.client_events.push(Vec::new());
+        self.clients.len() - 1
+    }
+
+    fn settle(&mut self) {
+        let server: SocketAddr = SERVER.parse().unwrap();
+        loop {
+            let mut moved = false;
+            for (client, addr, on) in &mut self.clients {
+                while let Some(t) = client.poll_transmit(self.now, &mut self.buf) {
+                    let d = Bytes::copy_from_slice(&self.buf[..t.size]);
+                    self.servers[*on].handle(self.now, *addr, d);
+                    moved = true;
+                }
+            }
+            for (i, s) in self.servers.iter_mut().enumerate() {
+                while let Some(t) = s.poll_transmit(self.now, &mut self.buf) {
+                    let d = Bytes::copy_from_slice(&self.buf[..t.size]);
+                    if let Some((c, _, _)) = self.clients.iter_mut().find(|c| c.1 == t.destination)
+                    {
+                        c.handle(self.now, server, d);
+                    }
+                    moved = true;
+                }
+                while let Some(e) = s.poll_event() {
+                    self.server_events[i].push(e);
+                }
+            }
+            for (i, (c, _, _)) in self.clients.iter_mut().enumerate() {
+                while let Some(e) = c.poll_event() {
+                    self.client_events[i].push(e);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Run for `d` of virtual time.
+    fn run(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.settle();
+            let next = self
+                .servers
+                .iter_mut()
+                .chain(self.clients.iter_mut().map(|c| &mut c.0))
+                .filter_map(|e| e.poll_timeout())
+                .min()
+                .unwrap_or(end);
+            self.now = next.clamp(self.now + Duration::from_millis(1), end);
+            for s in &mut self.servers {
+                s.handle_timeout(self.now);
+            }
+            for (c, _, _) in &mut self.clients {
+                c.handle_timeout(self.now);
+            }
+        }
+        self.settle();
+    }
+
+    fn connected(&self, client: usize) -> bool {
+        self.client_events[client]
+            .iter()
+            .any(|e| matches!(e, Event::Connected { .. }))
+    }
+
+    fn refusal(&self, client: usize) -> Option<DisconnectReason> {
+        self.client_events[client].iter().find_map(|e| match e {
+            Event::Disconnected { reason, .. } => Some(*reason),
+            _ => None,
+        })
+    }
+}
+
+fn limits(max_connections: usize, per_ip: usize) -> EndpointConfig {
+    EndpointConfig {
+        limits: Limits {
+            max_connections,
+            ..Limits::default()
+        },
+        admission: AdmissionLimits {
+            max_connections_per_ip: per_ip,
+            ..AdmissionLimits::default()
+        },
+        ..EndpointConfig::default()
+    }
+}
+
+#[test]
+fn max_connections_holds_for_the_whole_group() {
+    let mut net = Net::new(2, true, limits(2, 100));
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    let b = net.connect("127.0.0.1", 40_002, 1);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(a) && net.connected(b));
+    assert_eq!(net.servers[0].stats().connections, 1);
+    assert_eq!(net.servers[1].stats().connections, 1);
+
+    // Endpoint 1 holds one connection of its own, but the server's two slots are taken.
+    let c = net.connect("127.0.0.1", 40_003, 1);
+    net.run(Duration::from_secs(2));
+    assert!(!net.connected(c));
+    assert_eq!(
+        net.refusal(c),
+        Some(DisconnectReason::ConnectFailed(
+            ConnectError::NoFreeIncomingConnections
+        ))
+    );
+
+    // A connection ending on endpoint 0 frees a slot for a client of endpoint 1.
+    let id = net.clients[a]
+        .0
+        .conn_by_addr(SERVER.parse().unwrap())
+        .unwrap();
+    net.clients[a].0.close(net.now, id);
+    net.run(Duration::from_secs(2));
+    assert_eq!(net.servers[0].stats().connections, 0);
+    let d = net.connect("127.0.0.1", 40_004, 1);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(d));
+}
+
+#[test]
+fn endpoints_without_a_shared_group_each_have_the_whole_limit() {
+    // The control for the test above: alone, endpoint 1 would accept the third client.
+    let mut net = Net::new(2, false, limits(2, 100));
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    let b = net.connect("127.0.0.1", 40_002, 1);
+    let c = net.connect("127.0.0.1", 40_003, 1);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(a) && net.connected(b) && net.connected(c));
+}
+
+#[test]
+fn connections_per_ip_count_across_the_group() {
+    let mut net = Net::new(2, true, limits(100, 1));
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(a));
+    // Same IP, another port, the other endpoint: the IP's one connection is taken.
+    let b = net.connect("127.0.0.1", 40_002, 1);
+    // Another IP is not affected.
+    let c = net.connect("127.0.0.2", 40_002, 1);
+    net.run(Duration::from_secs(2));
+    assert!(!net.connected(b));
+    assert!(net.connected(c));
+}
+
+#[test]
+fn a_dropped_endpoint_gives_its_connections_back_to_the_group() {
+    let mut net = Net::new(2, true, limits(1, 100));
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(a));
+    // Endpoint 0's thread ends (a panic, say): its connection no longer counts.
+    let gone = net.servers.remove(0);
+    drop(gone);
+    net.clients.clear();
+    net.client_events.clear();
+    net.server_events.truncate(1);
+    let b = net.connect("127.0.0.1", 40_002, 0);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(b));
+}

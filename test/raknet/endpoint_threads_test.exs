@@ -1,0 +1,136 @@
+defmodule RakNet.EndpointThreadsTest do
+  # A server spread over several endpoint threads (SO_REUSEPORT sockets on one port).
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.EchoClient
+
+  @moduletag timeout: 120_000
+
+  defp start_server(opts) do
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref()})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+
+  defp collect(ms, acc \\ []) do
+    receive do
+      {:raknet, conn, 0x86, payload, _} -> collect(ms, [{conn, payload} | acc])
+    after
+      ms -> acc
+    end
+  end
+
+  test "200 connections spread over 4 threads: handshakes, echo, broadcast, info, ban" do
+    n = 200
+    # One IP for all: the per-IP limit is shared by the threads, so exactly n fit.
+    {server, port} =
+      start_server(endpoint_threads: 4, max_connections: 1_000, max_connections_per_ip: n)
+
+    conns =
+      for _ <- 1..n do
+        assert {:ok, conn} = RakNet.connect("127.0.0.1", port, timeout: 5_000)
+        conn
+      end
+
+    for _ <- 1..n, do: assert_receive({:client_new, _}, 10_000)
+
+    info = RakNet.Server.info(server)
+    assert %{connections: ^n, endpoints: [endpoint]} = info
+    assert length(endpoint.threads) == 4
+    per_thread = Enum.map(endpoint.threads, & &1.connections)
+    assert Enum.sum(per_thread) == n
+    assert endpoint.connections == n
+    assert endpoint.stats.connections == n
+    # The kernel spread them: more than one thread holds connections.
+    assert Enum.count(per_thread, &(&1 > 0)) > 1
+
+    assert endpoint.stats.offline_in ==
+             endpoint.threads |> Enum.map(& &1.stats.offline_in) |> Enum.sum()
+
+    # Every thread has its own cookie key: a handshake that changed threads half-way would
+    # have failed its cookie check. None did.
+    assert endpoint.stats.bad_cookies == 0
+
+    # One server GUID whichever thread a client landed on.
+    guids = conns |> Enum.map(&elem(Connection.info(&1), 1).guid) |> Enum.uniq()
+    assert guids == [endpoint.guid]
+
+    # The per-IP limit holds across threads: one more from 127.0.0.1 is refused.
+    assert RakNet.connect("127.0.0.1", port, timeout: 5_000) ==
+             {:error, :no_free_incoming_connections}
+
+    # Echo on every connection.
+    for conn <- conns, do: {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "echo">>)
+    got = collect(1_000)
+    assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
+
+    assert {:ok, ^n} = RakNet.Server.broadcast(server, :reliable_ordered, <<0x86, "to all">>)
+    got = collect(1_000)
+    assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
+    assert Enum.all?(got, fn {_, payload} -> payload == "to all" end)
+
+    # A ban closes the connections of every thread and refuses newcomers on all of them.
+    :ok = RakNet.Server.ban(server, "127.0.0.1")
+
+    for conn <- conns,
+        do: assert_receive({:raknet_disconnect, ^conn, _}, 10_000)
+
+    assert [{{127, 0, 0, 1}, :infinity}] = RakNet.Server.banned(server)
+    assert RakNet.connect("127.0.0.1", port, timeout: 3_000) == {:error, :banned}
+  end
+
+  test "max_connections holds for the server, whichever thread a client lands on" do
+    {server, port} = start_server(endpoint_threads: 4, max_connections: 3)
+
+    results = for _ <- 1..20, do: RakNet.connect("127.0.0.1", port, timeout: 3_000)
+    assert Enum.count(results, &match?({:ok, _}, &1)) == 3
+    assert Enum.count(results, &(&1 == {:error, :no_free_incoming_connections})) == 17
+    assert %{connections: 3} = RakNet.Server.info(server)
+  end
+
+  test "suspend, resume and set_max_connections apply to every thread" do
+    {server, port} = start_server(endpoint_threads: 3)
+    :ok = RakNet.Server.suspend(server)
+
+    for _ <- 1..6,
+        do:
+          assert(
+            RakNet.connect("127.0.0.1", port, timeout: 3_000) ==
+              {:error, :no_free_incoming_connections}
+          )
+
+    :ok = RakNet.Server.resume(server)
+    :ok = RakNet.Server.set_max_connections(server, 2)
+    results = for _ <- 1..8, do: RakNet.connect("127.0.0.1", port, timeout: 3_000)
+    assert Enum.count(results, &match?({:ok, _}, &1)) == 2
+  end
+
+  test "the option is validated; the default is one thread per scheduler" do
+    assert_raise ArgumentError, ~r/:endpoint_threads must be nil or an integer in 1..1024/, fn ->
+      RakNet.Server.Config.new(EchoClient, 0, endpoint_threads: 0)
+    end
+
+    {server, _port} = start_server([])
+    [%{threads: threads}] = RakNet.Server.info(server).endpoints
+    assert length(threads) == System.schedulers_online()
+  end
+
+  @tag :capture_log
+  test "a second server cannot join the port of a multi-threaded one" do
+    {_server, port} = start_server(endpoint_threads: 2)
+
+    spec =
+      RakNet.Server.child_spec([
+        EchoClient,
+        port,
+        ip: {127, 0, 0, 1},
+        open_ipv6_socket: false,
+        endpoint_threads: 2
+      ])
+
+    assert {:error, reason} = start_supervised(%{spec | id: make_ref()})
+    assert inspect(reason) =~ ":eaddrinuse"
+  end
+end
