@@ -64,7 +64,9 @@ defmodule RakNet.Server do
     * `:endpoints` - per socket, the runtime's `%{port:, address:, guid:, connections:,
       stats:}`, where `stats` holds the socket's counters (`offline_in`, `pongs_sent`,
       `refused_full`, `incompatible_protocol`, `malformed`, `bad_cookies`, ...) and the
-      buffer sizes the kernel granted (`recv_buffer_bytes`, `send_buffer_bytes`).
+      buffer sizes the kernel granted (`recv_buffer_bytes`, `send_buffer_bytes`), and the
+      datagrams and system calls of the socket (`udp_datagrams_in`, `udp_recv_calls`,
+      `udp_datagrams_out`, `udp_send_calls`: on Linux up to 32 datagrams per call).
       Per-connection counters (datagrams, bytes, resends, `deliveries_dropped`) come from
       `RakNet.Connection.info/1`.
   """
