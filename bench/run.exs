@@ -158,6 +158,8 @@ defmodule Bench do
         max_connections: 20_000,
         # Every simulated player of the load tester comes from 127.0.0.1.
         max_connections_per_ip: 20_000,
+        # BENCH_BATCH=1: {:raknet_batch, ...} delivery to the connection processes.
+        batch_delivery: System.get_env("BENCH_BATCH") == "1",
         client_data: client_data
       )
 
@@ -519,6 +521,7 @@ defmodule Bench do
 
     %{
       connections: connections,
+      server_datagrams_per_syscall: datagrams_per_syscall(server.sup),
       out_per_s: num(out, ~r/sent\s+\d+ messages \((\d+)\/s/),
       in_per_s: num(out, ~r/received\s+\d+ messages \((\d+)\/s/),
       p50_ms: num(out, ~r/p50 ([\d.]+) ms/),
@@ -529,6 +532,20 @@ defmodule Bench do
       bytes_per_connection_beam: per_conn.(:beam, beam0),
       bytes_per_connection_rust: per_conn.(:rust, rust0)
     }
+  end
+
+  @doc """
+  The server socket's datagrams per receive and per send system call (recvmmsg / sendmmsg
+  batch up to 32), `[in, out]`; `nil` from a NIF without these counters.
+  """
+  def datagrams_per_syscall(sup) do
+    case RakNet.Server.info(sup).endpoints do
+      [%{stats: %{udp_recv_calls: r, udp_send_calls: s} = st} | _] when r > 0 and s > 0 ->
+        [Float.round(st.udp_datagrams_in / r, 2), Float.round(st.udp_datagrams_out / s, 2)]
+
+      _ ->
+        nil
+    end
   end
 
   # Reads the load tester's output until it exits, sampling the server every 250 ms.
@@ -687,6 +704,7 @@ scale =
 
     keys = [
       :connections,
+      :server_datagrams_per_syscall,
       :in_per_s,
       :p50_ms,
       :p99_ms,
@@ -724,6 +742,11 @@ bc_sends = m.(broadcast, :us_per_1000_sends)
 f = &Bench.fmt/1
 x = fn r -> if r, do: "#{Bench.fmt(r)}x", else: "-" end
 c = &Bench.cell/2
+
+syscalls = fn
+  [i, o] -> "#{f.(i)} / #{f.(o)}"
+  _ -> "-"
+end
 
 rows =
   [
@@ -783,7 +806,7 @@ rows =
           "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core, p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms"
         ),
         if(s.target_connections == 10_000, do: "<= 1 core", else: ""),
-        "BEAM #{f.(s.bytes_per_connection_beam)} + Rust #{f.(s.bytes_per_connection_rust)} B/conn; load tester #{f.(s.load_tester_cpu_share_of_one_core)} core; #{f.(s.unanswered)} echoes missing"
+        "BEAM #{f.(s.bytes_per_connection_beam)} + Rust #{f.(s.bytes_per_connection_rust)} B/conn; load tester #{f.(s.load_tester_cpu_share_of_one_core)} core; #{f.(s.unanswered)} echoes missing; server datagrams per recv / send call #{syscalls.(s.server_datagrams_per_syscall)}"
       ]
     end) ++
     [

@@ -67,6 +67,65 @@ defmodule RakNet.BatchedIoTest do
     end
   end
 
+  for batch <- [true, false] do
+    test "batch_delivery: #{batch} delivers every message in order, #{if batch, do: "in {:raknet_batch, ...}", else: "one {:raknet, ...} each"}" do
+      batch = unquote(batch)
+
+      server =
+        start_supervised!(
+          {RakNet.Server,
+           [
+             EchoClient,
+             0,
+             ip: {127, 0, 0, 1},
+             open_ipv6_socket: false,
+             client_data: self(),
+             batch_delivery: batch
+           ]}
+        )
+
+      %{ipv4_port: port} = RakNet.Server.info(server)
+      assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+      assert_receive {:client_new, server_side}, 5_000
+      # What the connection process receives, seen by this process.
+      :erlang.trace(server_side, true, [:receive])
+
+      # Small messages: many to a datagram.
+      for i <- 1..2_000,
+          do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+
+      # Echoed in order, and the handler saw each once, in order.
+      for i <- 1..2_000 do
+        assert_receive {:raknet, ^conn, 0x86, <<^i::32>>, _}, 10_000
+        assert_receive {:client_received, ^server_side, 0x86, 4, _}, 10_000
+      end
+
+      :erlang.trace(server_side, false, [:receive])
+      ref = :erlang.trace_delivered(server_side)
+      assert_receive {:trace_delivered, ^server_side, ^ref}, 5_000
+      received = traced(server_side, [])
+      batches = for {:raknet_batch, _, messages} <- received, do: length(messages)
+      singles = for {:raknet, _, _, _, _} <- received, do: 1
+
+      if batch do
+        assert singles == []
+        assert Enum.sum(batches) == 2_000
+        assert Enum.max(batches) > 1, "batches of #{inspect(Enum.frequencies(batches))}"
+      else
+        assert batches == []
+        assert length(singles) == 2_000
+      end
+    end
+  end
+
+  defp traced(pid, acc) do
+    receive do
+      {:trace, ^pid, :receive, msg} -> traced(pid, [msg | acc])
+    after
+      0 -> Enum.reverse(acc)
+    end
+  end
+
   # 0x86, the index, then filler that depends on it: a datagram mixed up with another fails.
   defp payload(i) do
     filler = :binary.copy(<<rem(i, 251)>>, @size - 5)

@@ -104,6 +104,12 @@ defmodule RakNet.Server.Config do
       bandwidth and ignores random loss (43 / 40 / 31 MB/s), reacting only to heavy,
       persistent loss; it is not yet fair between flows sharing a bottleneck. Only the
       sender's choice matters (peers need nothing). Default `:reno`.
+    * `:batch_delivery` - `true`: the runtime hands each connection process the messages
+      that arrived together (a datagram's worth, up to 256) in one Erlang message,
+      `{:raknet_batch, conn, [{type, payload, transit_time}, ...]}`, instead of one
+      `{:raknet, conn, type, payload, transit_time}` each; the connection process calls the
+      handler once per message either way, so handlers see no difference. Fewer wake-ups
+      when peers send many small messages. Default `false`.
   """
   @type option ::
           {:host, :inet.ip_address() | String.t() | nil}
@@ -137,6 +143,7 @@ defmodule RakNet.Server.Config do
           | {:max_buffered_bytes, pos_integer()}
           | {:telemetry_interval_ms, pos_integer() | nil}
           | {:congestion_control, :reno | :bbr}
+          | {:batch_delivery, boolean()}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -172,6 +179,7 @@ defmodule RakNet.Server.Config do
             max_buffered_bytes: 536_870_912,
             telemetry_interval_ms: 1_000,
             congestion_control: :reno,
+            batch_delivery: false,
             ignored_options: []
 
   @typedoc "A validated configuration."
@@ -401,6 +409,9 @@ defmodule RakNet.Server.Config do
   defp validate(:congestion_control, value),
     do: check(:congestion_control, value, value in [:reno, :bbr], ":reno or :bbr")
 
+  defp validate(:batch_delivery, value),
+    do: check(:batch_delivery, value, is_boolean(value), "a boolean")
+
   defp check(_key, value, true, _expected), do: value
 
   defp check(key, value, false, expected),
@@ -481,6 +492,7 @@ defmodule RakNet.Server.Config do
       max_pending_bytes: c.max_pending_bytes,
       max_buffered_bytes: c.max_buffered_bytes,
       congestion_control: c.congestion_control,
+      batch_delivery: c.batch_delivery,
       handshake_timeout_ms: c.handshake_timeout_ms,
       max_half_open: c.max_half_open,
       max_half_open_per_ip: c.max_half_open_per_ip,

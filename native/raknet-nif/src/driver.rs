@@ -25,6 +25,8 @@ use raknet_proto::rates::{self, ConnRates, EndpointRates};
 const RECV_BATCH: usize = 64;
 /// Messages held for a connection until its owner is set.
 const MAX_HELD: usize = 1024;
+/// Messages of one connection delivered in one `{:raknet_batch, ...}` at most.
+const MAX_BATCH: usize = 256;
 /// How long a stopping endpoint waits for peers to acknowledge its disconnection notices.
 const STOP_LINGER: Duration = Duration::from_secs(2);
 /// How often paused connections are checked for an owner that stopped making progress.
@@ -63,6 +65,8 @@ struct Slot {
     /// The application's reason for closing (`conn_close/2`), reported instead of
     /// `:local_close`.
     close_reason: Option<Vec<u8>>,
+    /// Messages for the owner's next `{:raknet_batch, ...}` (batch delivery only).
+    batch: Vec<(Bytes, Duration)>,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -111,6 +115,8 @@ pub(crate) struct Driver {
     inbox: Vec<Received>,
     /// Datagrams the engine wrote, sent a batch per system call.
     outbox: Outbox,
+    /// Connections with messages in their `batch` (batch delivery only).
+    batched: Vec<ConnId>,
     log_window: Instant,
     log_lines: u32,
     log_suppressed: u64,
@@ -144,6 +150,7 @@ impl Driver {
             buf: Vec::with_capacity(2048),
             inbox: Vec::new(),
             outbox: Outbox::default(),
+            batched: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
             log_suppressed: 0,
@@ -611,6 +618,24 @@ impl Driver {
         while let Some(event) = self.endpoint.poll_event() {
             self.event(event);
         }
+        for id in std::mem::take(&mut self.batched) {
+            self.deliver_batch(id);
+        }
+    }
+
+    /// Send the owner of `conn` the messages waiting in its batch, in one message.
+    fn deliver_batch(&mut self, conn: ConnId) {
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if let (Some(pid), false) = (slot.owner, slot.batch.is_empty()) {
+            send_batch(
+                &mut self.env,
+                &pid,
+                &slot.res,
+                std::mem::take(&mut slot.batch),
+            );
+        }
     }
 
     fn event(&mut self, event: Event) {
@@ -671,7 +696,18 @@ impl Driver {
                 match slot.owner {
                     Some(pid) => {
                         let (messages, bytes) = count_delivery(&slot.res, payload.len());
-                        send_message(&mut self.env, &pid, &slot.res, &payload, transit);
+                        if self.me.batch_delivery {
+                            if slot.batch.is_empty() {
+                                self.batched.push(conn);
+                            }
+                            slot.batch.push((payload, transit));
+                            if slot.batch.len() >= MAX_BATCH {
+                                let batch = std::mem::take(&mut slot.batch);
+                                send_batch(&mut self.env, &pid, &slot.res, batch);
+                            }
+                        } else {
+                            send_message(&mut self.env, &pid, &slot.res, &payload, transit);
+                        }
                         let res = &slot.res;
                         if res.flow_controlled.load(Ordering::Relaxed)
                             && res.budget.exceeded(messages, bytes)
@@ -691,6 +727,8 @@ impl Driver {
                 receipt,
                 acked,
             } => {
+                // Messages that arrived before stay before.
+                self.deliver_batch(conn);
                 let Some(slot) = self.conns.get_mut(&conn) else {
                     return;
                 };
@@ -705,6 +743,7 @@ impl Driver {
                 });
             }
             Event::Disconnected { conn, reason } => {
+                self.deliver_batch(conn);
                 let Some(slot) = self.conns.get_mut(&conn) else {
                     return;
                 };
@@ -925,6 +964,7 @@ impl Slot {
             local: None,
             rates: ConnRates::default(),
             close_reason: None,
+            batch: Vec::new(),
         }
     }
 }
@@ -952,6 +992,31 @@ fn send_message(
         bin.as_mut_slice().copy_from_slice(rest);
         let bin: rustler::Binary = bin.into();
         (atoms::raknet(), res, kind, bin, transit.as_millis() as u64).encode(env)
+    });
+}
+
+/// `{:raknet_batch, conn_ref, [{type, payload, transit_time}, ...]}`: messages in the order
+/// they arrived.
+fn send_batch(
+    env: &mut OwnedEnv,
+    pid: &LocalPid,
+    res: &ResourceArc<ConnResource>,
+    batch: Vec<(Bytes, Duration)>,
+) {
+    let res = res.clone();
+    let _ = env.send_and_clear(pid, |env| {
+        let messages: Vec<Term<'_>> = batch
+            .iter()
+            .map(|(payload, transit)| {
+                let kind = payload.first().copied().unwrap_or(0);
+                let rest = payload.get(1..).unwrap_or(&[]);
+                let mut bin = rustler::NewBinary::new(env, rest.len());
+                bin.as_mut_slice().copy_from_slice(rest);
+                let bin: rustler::Binary = bin.into();
+                (kind, bin, transit.as_millis() as u64).encode(env)
+            })
+            .collect();
+        (atoms::raknet_batch(), res, messages).encode(env)
     });
 }
 

@@ -248,6 +248,7 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
         max_message_bytes: endpoint.config().limits.max_message_bytes,
         budget: options.budget,
         fault_injection: options.fault_injection,
+        batch_delivery: options.batch_delivery,
     });
     env.monitor(&me, &owner);
     let thread_me = me.clone();
