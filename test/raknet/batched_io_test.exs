@@ -7,6 +7,27 @@ defmodule RakNet.BatchedIoTest do
   alias RakNet.Connection
   alias RakNet.Test.EchoClient
 
+  defmodule Continuer do
+    # Each message asks for a continue: under batch delivery it must still run before the
+    # next message of the batch.
+    use RakNet.Handler
+
+    @impl RakNet.Handler
+    def handle_connect(_info, test), do: {:ok, test}
+
+    @impl RakNet.Handler
+    def handle_message(0x86, <<n::32>>, _transit, test) do
+      send(test, {:seq, :message, n})
+      {:noreply, test, {:continue, n}}
+    end
+
+    @impl RakNet.Handler
+    def handle_continue(n, test) do
+      send(test, {:seq, :continue, n})
+      {:noreply, test}
+    end
+  end
+
   @messages 10_000
   @burst 500
   # One message per datagram: two of these do not fit one MTU.
@@ -115,6 +136,32 @@ defmodule RakNet.BatchedIoTest do
         assert batches == []
         assert length(singles) == 2_000
       end
+    end
+  end
+
+  test "under batch delivery a handler's {:continue, _} runs before the batch's next message" do
+    server =
+      start_supervised!(
+        {RakNet.Server,
+         [
+           Continuer,
+           0,
+           ip: {127, 0, 0, 1},
+           open_ipv6_socket: false,
+           client_data: self(),
+           batch_delivery: true
+         ]}
+      )
+
+    %{ipv4_port: port} = RakNet.Server.info(server)
+    assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    for i <- 1..300, do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+
+    for i <- 1..300 do
+      assert_receive {:seq, kind, n}, 10_000
+      assert {kind, n} == {:message, i}
+      assert_receive {:seq, kind, n}, 10_000
+      assert {kind, n} == {:continue, i}
     end
   end
 
