@@ -490,7 +490,7 @@ defmodule Bench do
 
     {out, samples} =
       try do
-        collect(port, server.sup, load_pid, "", [])
+        collect(port, server, load_pid, "", [])
       after
         :timer.cancel(timer)
         flush_samples()
@@ -501,16 +501,20 @@ defmodule Bench do
     steady = samples |> Enum.filter(&(&1.connections >= peak * 0.98)) |> Enum.sort_by(& &1.t)
     connections = num(out, ~r/connections\s+(\d+) ok/)
 
-    {cpu, load_cpu} =
+    {cpu, load_cpu, endpoint_cpu} =
       case steady do
         [first, _ | _] ->
           last = List.last(steady)
           ms = max(last.t - first.t, 1)
-          {(last.cpu - first.cpu) * 10 / ms, (last.load_cpu - first.load_cpu) * 10 / ms}
+
+          {(last.cpu - first.cpu) * 10 / ms, (last.load_cpu - first.load_cpu) * 10 / ms,
+           (last.endpoint_cpu - first.endpoint_cpu) * 10 / ms}
 
         _ ->
-          {nil, nil}
+          {nil, nil, nil}
       end
+
+    in_per_s = num(out, ~r/received\s+\d+ messages \((\d+)\/s/)
 
     per_conn = fn key, base ->
       case steady do
@@ -528,6 +532,12 @@ defmodule Bench do
       p99_ms: num(out, ~r/p99 ([\d.]+) ms/),
       unanswered: num(out, ~r/unanswered\s+(\d+)/),
       server_cpu_share_of_one_core: cpu && Float.round(cpu, 2),
+      # The endpoint thread's CPU time per echoed message (its own utime + stime, which the
+      # BEAM's busy-waiting schedulers do not inflate).
+      endpoint_thread_us_per_echo:
+        if(endpoint_cpu && is_number(in_per_s) && in_per_s > 0,
+          do: Float.round(endpoint_cpu * 1_000_000 / in_per_s, 1)
+        ),
       load_tester_cpu_share_of_one_core: load_cpu && Float.round(load_cpu, 2),
       bytes_per_connection_beam: per_conn.(:beam, beam0),
       bytes_per_connection_rust: per_conn.(:rust, rust0)
@@ -549,10 +559,10 @@ defmodule Bench do
   end
 
   # Reads the load tester's output until it exits, sampling the server every 250 ms.
-  defp collect(port, sup, load_pid, out, samples) do
+  defp collect(port, server, load_pid, out, samples) do
     receive do
       {^port, {:data, data}} ->
-        collect(port, sup, load_pid, out <> data, samples)
+        collect(port, server, load_pid, out <> data, samples)
 
       {^port, {:exit_status, 0}} ->
         {out, samples}
@@ -563,14 +573,15 @@ defmodule Bench do
       :sample ->
         sample = %{
           t: System.monotonic_time(:millisecond),
-          connections: RakNet.Server.info(sup).connections,
+          connections: RakNet.Server.info(server.sup).connections,
+          endpoint_cpu: thread_ticks(System.pid(), "raknet-#{server.port}"),
           cpu: cpu_ticks(System.pid()),
           load_cpu: cpu_ticks(load_pid),
           beam: :erlang.memory(:total),
           rust: RakNet.native_memory()
         }
 
-        collect(port, sup, load_pid, out, [sample | samples])
+        collect(port, server, load_pid, out, [sample | samples])
     end
   end
 
@@ -579,6 +590,22 @@ defmodule Bench do
       :sample -> flush_samples()
     after
       0 -> :ok
+    end
+  end
+
+  # utime + stime of the thread of OS process `pid` named `name`, in clock ticks; 0 if none.
+  defp thread_ticks(pid, name) do
+    case File.ls("/proc/#{pid}/task") do
+      {:ok, tids} ->
+        Enum.find_value(tids, 0, fn tid ->
+          case File.read("/proc/#{pid}/task/#{tid}/comm") do
+            {:ok, comm} -> if String.trim(comm) == name, do: cpu_ticks("#{pid}/task/#{tid}")
+            _ -> nil
+          end
+        end)
+
+      {:error, _} ->
+        0
     end
   end
 
@@ -710,6 +737,7 @@ scale =
       :p99_ms,
       :unanswered,
       :server_cpu_share_of_one_core,
+      :endpoint_thread_us_per_echo,
       :load_tester_cpu_share_of_one_core,
       :bytes_per_connection_beam,
       :bytes_per_connection_rust
@@ -803,7 +831,7 @@ rows =
         "5. #{f.(s.target_connections)} connections x 20 msg/s, echoed",
         Enum.map(s.failures, &%{failed: &1})
         |> c.(
-          "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core, p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms"
+          "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core (endpoint thread #{f.(s.endpoint_thread_us_per_echo)} µs per echo), p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms"
         ),
         if(s.target_connections == 10_000, do: "<= 1 core", else: ""),
         "BEAM #{f.(s.bytes_per_connection_beam)} + Rust #{f.(s.bytes_per_connection_rust)} B/conn; load tester #{f.(s.load_tester_cpu_share_of_one_core)} core; #{f.(s.unanswered)} echoes missing; server datagrams per recv / send call #{syscalls.(s.server_datagrams_per_syscall)}"
