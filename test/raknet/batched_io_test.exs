@@ -88,6 +88,41 @@ defmodule RakNet.BatchedIoTest do
     end
   end
 
+  test "the portable path (one datagram per call, as on systems without recvmmsg) delivers bursts too" do
+    opts =
+      RakNet.Server.Config.new(EchoClient, 0, ip: "127.0.0.1", open_ipv6_socket: false)
+      |> RakNet.Server.Config.to_native(:inet)
+      |> Map.put(:batched_io, false)
+
+    {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+    %{port: port} = RakNet.Native.endpoint_info(endpoint)
+    assert {:ok, client} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+    :ok = RakNet.Native.conn_set_owner(conn, self())
+
+    for burst <- 0..9 do
+      for i <- (burst * @burst)..(burst * @burst + @burst - 1) do
+        assert {:ok, nil} = Connection.send(client, :reliable_ordered, payload(i))
+      end
+
+      for i <- (burst * @burst)..(burst * @burst + @burst - 1) do
+        <<type, rest::binary>> = payload(i)
+        assert_receive {:raknet, ^conn, ^type, ^rest, _transit}, 10_000
+      end
+
+      # As a connection process does: past its delivery budget the peer is held back.
+      :ok = RakNet.Native.conn_delivered(conn, @burst, @burst * @size)
+    end
+
+    %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
+    assert stats.udp_datagrams_in >= 10 * @burst
+    # One call per datagram (and one more each time the socket runs dry).
+    assert stats.udp_recv_calls > stats.udp_datagrams_in
+    assert stats.udp_send_calls >= stats.udp_datagrams_out
+    Connection.close(client)
+    RakNet.Native.endpoint_stop(endpoint)
+  end
+
   for batch <- [true, false] do
     test "batch_delivery: #{batch} delivers every message in order, #{if batch, do: "in {:raknet_batch, ...}", else: "one {:raknet, ...} each"}" do
       batch = unquote(batch)

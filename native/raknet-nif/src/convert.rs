@@ -22,6 +22,9 @@ pub(crate) struct EndpointOptions {
     pub(crate) fault_injection: bool,
     /// `{:raknet_batch, conn, messages}` instead of one `{:raknet, ...}` per message.
     pub(crate) batch_delivery: bool,
+    /// `recvmmsg` / `sendmmsg` where the system has them; `false` (tests only) takes the
+    /// portable one-datagram-per-call path.
+    pub(crate) batched_io: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
 }
@@ -147,6 +150,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         // Tests only: lets `endpoint_inject_fault` crash this endpoint's thread.
         fault_injection: get::<bool>(map, "fault_injection").unwrap_or(false),
         batch_delivery: get::<bool>(map, "batch_delivery").unwrap_or(false),
+        batched_io: get::<bool>(map, "batched_io").unwrap_or(true),
         config,
         budget: crate::resource::DeliveryBudget {
             messages: get::<usize>(map, "max_pending_deliveries")?.max(16),

@@ -253,7 +253,11 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
     env.monitor(&me, &owner);
     let thread_me = me.clone();
     let driver = async move {
-        let socket = udp::Udp::new(tokio::net::UdpSocket::from_std(socket)?, pktinfo);
+        let socket = udp::Udp::new(
+            tokio::net::UdpSocket::from_std(socket)?,
+            pktinfo,
+            options.batched_io,
+        );
         driver::Driver::new(endpoint, socket, rx, thread_me, owner)
             .run()
             .await;

@@ -108,15 +108,18 @@ pub(crate) struct Udp {
 }
 
 impl Udp {
-    pub(crate) fn new(socket: UdpSocket, pktinfo: bool) -> Self {
+    /// `batched`: use `recvmmsg` / `sendmmsg` where the system has them.
+    pub(crate) fn new(socket: UdpSocket, pktinfo: bool, batched: bool) -> Self {
         let ipv6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
+        #[cfg(not(target_os = "linux"))]
+        let _ = batched;
         Self {
             socket,
             pktinfo,
             ipv6,
             bufs: vec![vec![0; DATAGRAM_ROOM]],
             #[cfg(target_os = "linux")]
-            mmsg: true,
+            mmsg: batched,
             counters: Counters::default(),
         }
     }
