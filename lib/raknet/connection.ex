@@ -427,6 +427,23 @@ defmodule RakNet.Connection do
     end
   end
 
+  # Batch delivery (the server's :batch_delivery): the messages that arrived together, in
+  # order, each handled as if it came alone.
+  def handle_info({:raknet_batch, conn, messages}, %{conn: conn} = state) do
+    {count, bytes} =
+      Enum.reduce(messages, {0, 0}, fn {_type, payload, _transit}, {n, b} ->
+        {n + 1, b + byte_size(payload) + 1}
+      end)
+
+    state = %{
+      state
+      | delivered: state.delivered + count,
+        delivered_bytes: state.delivered_bytes + bytes
+    }
+
+    deliver_batch(messages, confirm(state))
+  end
+
   def handle_info({:raknet_receipt, conn, id, fate}, %{conn: conn, handler: module} = state)
       when module != nil do
     module.handle_receipt(id, fate, state.client) |> handler_result(confirm(state))
@@ -498,6 +515,31 @@ defmodule RakNet.Connection do
 
   # A handler callback's result: the new state, or a stop that closes the connection with
   # the reason (handle_disconnect/2 runs when the runtime confirms, with that reason).
+  defp deliver_batch([], state), do: {:noreply, state}
+
+  defp deliver_batch([{type, payload, transit} | rest], %{handler: nil} = state) do
+    RakNet.Client.receive(state.client, type, payload, transit)
+    deliver_batch(rest, state)
+  end
+
+  defp deliver_batch([{type, payload, transit} | rest], %{handler: module} = state) do
+    module.handle_message(type, payload, transit, state.client)
+    |> handler_result(state)
+    |> batch_result(rest)
+  end
+
+  # A {:continue, term} runs before the next message, as it would between two messages; a
+  # timeout or :hibernate only counts after the last one (the next message would cancel it).
+  defp batch_result({:noreply, state}, rest), do: deliver_batch(rest, state)
+
+  defp batch_result({:noreply, state, {:continue, continue}}, rest),
+    do: handle_continue(continue, state) |> batch_result(rest)
+
+  defp batch_result({:noreply, state, extra}, []), do: {:noreply, state, extra}
+
+  defp batch_result({:noreply, state, _timeout_or_hibernate}, rest),
+    do: deliver_batch(rest, state)
+
   defp handler_result({:noreply, handler_state}, state),
     do: {:noreply, %{state | client: handler_state}}
 

@@ -66,7 +66,9 @@ defmodule RakNet.Server do
     * `:endpoints` - per socket (address family), the runtime's `%{port:, address:, guid:,
       connections:, stats:, rates:, threads:}`, where `stats` holds the socket's counters
       (`offline_in`, `pongs_sent`, `refused_full`, `incompatible_protocol`, `malformed`,
-      `bad_cookies`, ...) and the buffer sizes the kernel granted (`recv_buffer_bytes`,
+      `bad_cookies`, ...), its datagrams and system calls (`udp_datagrams_in`,
+      `udp_recv_calls`, `udp_datagrams_out`, `udp_send_calls`: on Linux up to 32 datagrams
+      per call) and the buffer sizes the kernel granted (`recv_buffer_bytes`,
       `send_buffer_bytes`, per thread's socket), summed over its endpoint threads, and
       `threads` lists each thread's `%{connections:, stats:}` (see `:endpoint_threads` in
       `RakNet.Server.Config`).

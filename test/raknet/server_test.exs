@@ -524,7 +524,8 @@ defmodule RakNet.ServerTest do
                  :pong_amplification,
                  :advertised_ip,
                  :strip_timestamps,
-                 :congestion_control
+                 :congestion_control,
+                 :batch_delivery
                ])
     end
 

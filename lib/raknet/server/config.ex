@@ -116,6 +116,12 @@ defmodule RakNet.Server.Config do
       the server refuses to start (`:eaddrinuse`) when anything already holds the port. Not
       on Windows (one thread there). Default `nil`: the number of online schedulers
       (`System.schedulers_online/0`); at most 1024.
+    * `:batch_delivery` - `true`: the runtime hands each connection process the messages
+      that arrived together (a datagram's worth, up to 256) in one Erlang message,
+      `{:raknet_batch, conn, [{type, payload, transit_time}, ...]}`, instead of one
+      `{:raknet, conn, type, payload, transit_time}` each; the connection process calls the
+      handler once per message either way, so handlers see no difference. Fewer wake-ups
+      when peers send many small messages. Default `false`.
   """
   @type option ::
           {:host, :inet.ip_address() | String.t() | nil}
@@ -150,6 +156,7 @@ defmodule RakNet.Server.Config do
           | {:telemetry_interval_ms, pos_integer() | nil}
           | {:congestion_control, :reno | :bbr}
           | {:endpoint_threads, 1..1024 | nil}
+          | {:batch_delivery, boolean()}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -186,6 +193,7 @@ defmodule RakNet.Server.Config do
             telemetry_interval_ms: 1_000,
             congestion_control: :reno,
             endpoint_threads: nil,
+            batch_delivery: false,
             ignored_options: []
 
   @typedoc "A validated configuration."
@@ -424,6 +432,9 @@ defmodule RakNet.Server.Config do
         "nil or an integer in 1..1024"
       )
 
+  defp validate(:batch_delivery, value),
+    do: check(:batch_delivery, value, is_boolean(value), "a boolean")
+
   defp check(_key, value, true, _expected), do: value
 
   defp check(key, value, false, expected),
@@ -526,6 +537,7 @@ defmodule RakNet.Server.Config do
       max_pending_bytes: c.max_pending_bytes,
       max_buffered_bytes: c.max_buffered_bytes,
       congestion_control: c.congestion_control,
+      batch_delivery: c.batch_delivery,
       handshake_timeout_ms: c.handshake_timeout_ms,
       # Shared by the endpoints of a group (max_connections too): not divided.
       max_connections_per_ip: c.max_connections_per_ip,

@@ -10,6 +10,7 @@ rustler::atoms! {
     protocol_versions,
     // messages
     raknet,
+    raknet_batch,
     raknet_endpoint,
     raknet_connected,
     raknet_connect_failed,

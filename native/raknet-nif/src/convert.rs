@@ -20,6 +20,11 @@ pub(crate) struct EndpointOptions {
     /// Run on the node's shared client thread instead of a thread of its own.
     pub(crate) shared_thread: bool,
     pub(crate) fault_injection: bool,
+    /// `{:raknet_batch, conn, messages}` instead of one `{:raknet, ...}` per message.
+    pub(crate) batch_delivery: bool,
+    /// `recvmmsg` / `sendmmsg` where the system has them; `false` (tests only) takes the
+    /// portable one-datagram-per-call path.
+    pub(crate) batched_io: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
 }
@@ -144,6 +149,8 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         shared_thread: get::<bool>(map, "shared_thread").unwrap_or(false),
         // Tests only: lets `endpoint_inject_fault` crash this endpoint's thread.
         fault_injection: get::<bool>(map, "fault_injection").unwrap_or(false),
+        batch_delivery: get::<bool>(map, "batch_delivery").unwrap_or(false),
+        batched_io: get::<bool>(map, "batched_io").unwrap_or(true),
         config,
         budget: crate::resource::DeliveryBudget {
             messages: get::<usize>(map, "max_pending_deliveries")?.max(16),

@@ -17,13 +17,16 @@ use crate::atoms;
 use crate::command::Command;
 use crate::convert::{self, Reason};
 use crate::resource::{ConnResource, EndpointResource};
-use crate::udp::Udp;
+use crate::udp::{Outbox, Received, Udp};
 use raknet_proto::rates::{self, ConnRates, EndpointRates};
 
-/// Datagrams read per wake-up before the engine's output is flushed (bounds latency).
+/// Datagrams read per wake-up before the engine's output is flushed (bounds latency); read
+/// up to `udp::BATCH` per system call.
 const RECV_BATCH: usize = 64;
 /// Messages held for a connection until its owner is set.
 const MAX_HELD: usize = 1024;
+/// Messages of one connection delivered in one `{:raknet_batch, ...}` at most.
+const MAX_BATCH: usize = 256;
 /// How long a stopping endpoint waits for peers to acknowledge its disconnection notices.
 const STOP_LINGER: Duration = Duration::from_secs(2);
 /// How often paused connections are checked for an owner that stopped making progress.
@@ -62,6 +65,8 @@ struct Slot {
     /// The application's reason for closing (`conn_close/2`), reported instead of
     /// `:local_close`.
     close_reason: Option<Vec<u8>>,
+    /// Messages for the owner's next `{:raknet_batch, ...}` (batch delivery only).
+    batch: Vec<(Bytes, Duration)>,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -106,6 +111,12 @@ pub(crate) struct Driver {
     local_addrs: LocalAddrs,
     stop_deadline: Option<Instant>,
     buf: Vec<u8>,
+    /// Datagrams received by one system call, handed to the engine in order.
+    inbox: Vec<Received>,
+    /// Datagrams the engine wrote, sent a batch per system call.
+    outbox: Outbox,
+    /// Connections with messages in their `batch` (batch delivery only).
+    batched: Vec<ConnId>,
     log_window: Instant,
     log_lines: u32,
     log_suppressed: u64,
@@ -137,6 +148,9 @@ impl Driver {
             local_addrs: LocalAddrs::default(),
             stop_deadline: None,
             buf: Vec::with_capacity(2048),
+            inbox: Vec::new(),
+            outbox: Outbox::default(),
+            batched: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
             log_suppressed: 0,
@@ -147,7 +161,6 @@ impl Driver {
     }
 
     pub(crate) async fn run(mut self) {
-        let mut recv = vec![0u8; 2048];
         loop {
             // Rates are sampled while there are connections; an idle endpoint sleeps.
             let sample = (!self.conns.is_empty()).then(|| rates::next_due(self.last_sample));
@@ -177,7 +190,7 @@ impl Driver {
                 },
                 ready = self.socket.readable() => {
                     if ready.is_ok() {
-                        self.receive(&mut recv);
+                        self.receive();
                     }
                 }
                 () = sleep => {}
@@ -199,20 +212,26 @@ impl Driver {
         }
     }
 
-    fn receive(&mut self, recv: &mut [u8]) {
-        for _ in 0..RECV_BATCH {
-            match self.socket.try_recv(recv) {
-                Ok((n, from, local)) => {
-                    let now = Instant::now();
-                    self.endpoint
-                        .handle(now, from, Bytes::copy_from_slice(&recv[..n]));
-                    self.received_from(from, local);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+    fn receive(&mut self) {
+        let mut inbox = std::mem::take(&mut self.inbox);
+        let mut read = 0;
+        while read < RECV_BATCH {
+            match self.socket.try_recv_batch(&mut inbox) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 // ICMP port unreachable and the like surface here on Linux: not fatal.
-                Err(_) => continue,
+                Err(_) => {
+                    read += 1;
+                    continue;
+                }
+            }
+            read += inbox.len().max(1);
+            for Received { data, from, local } in inbox.drain(..) {
+                self.endpoint.handle(Instant::now(), from, data);
+                self.received_from(from, local);
             }
         }
+        self.inbox = inbox;
     }
 
     /// After a datagram from `from`, sent to the local address `local` (when the socket says).
@@ -412,6 +431,7 @@ impl Driver {
     fn endpoint_info_term<'a>(&self, env: &'a OwnedEnv) -> Term<'a> {
         env.run(|env| {
             let s = self.endpoint.stats();
+            let udp = self.socket.counters();
             let stats = convert::map(
                 env,
                 &[
@@ -443,6 +463,10 @@ impl Driver {
                     ("pongs_too_large", s.pongs_too_large),
                     ("recv_buffer_bytes", self.me.buffers.0 as u64),
                     ("send_buffer_bytes", self.me.buffers.1 as u64),
+                    ("udp_datagrams_in", udp.datagrams_in),
+                    ("udp_recv_calls", udp.recv_calls),
+                    ("udp_datagrams_out", udp.datagrams_out),
+                    ("udp_send_calls", udp.send_calls),
                 ],
             );
             let keys = [
@@ -568,28 +592,49 @@ impl Driver {
 
     async fn flush(&mut self) {
         let now = Instant::now();
-        while let Some(t) = self.endpoint.poll_transmit(now, &mut self.buf) {
-            let source = self.local_for(t.destination);
-            let data = &self.buf[..t.size];
-            // The engine sees IPv4 peers of a dual-stack socket unmapped; the socket wants them
-            // mapped.
-            let destination = match t.destination {
-                SocketAddr::V4(v4) if self.me.dual_stack => {
-                    SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
-                }
-                other => other,
-            };
-            match self.socket.try_send(data, destination, source) {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let _ = self.socket.send(data, destination, source).await;
-                }
-                // Unreachable peers and the like: the engine's timers handle the silence.
-                Err(_) => {}
+        loop {
+            self.outbox.clear();
+            while !self.outbox.is_full() {
+                let Some(t) = self.endpoint.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                let source = self.local_for(t.destination);
+                // The engine sees IPv4 peers of a dual-stack socket unmapped; the socket wants
+                // them mapped.
+                let destination = match t.destination {
+                    SocketAddr::V4(v4) if self.me.dual_stack => {
+                        SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
+                    }
+                    other => other,
+                };
+                self.outbox
+                    .push(self.buf.get(..t.size).unwrap_or(&[]), destination, source);
             }
+            if self.outbox.is_empty() {
+                break;
+            }
+            self.socket.send_batch(&self.outbox).await;
         }
         while let Some(event) = self.endpoint.poll_event() {
             self.event(event);
+        }
+        for id in std::mem::take(&mut self.batched) {
+            self.deliver_batch(id);
+        }
+    }
+
+    /// Send the owner of `conn` the messages waiting in its batch, in one message.
+    fn deliver_batch(&mut self, conn: ConnId) {
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if let (Some(pid), false) = (slot.owner, slot.batch.is_empty()) {
+            send_batch(
+                &mut self.env,
+                &pid,
+                &slot.res,
+                std::mem::take(&mut slot.batch),
+            );
         }
     }
 
@@ -651,7 +696,18 @@ impl Driver {
                 match slot.owner {
                     Some(pid) => {
                         let (messages, bytes) = count_delivery(&slot.res, payload.len());
-                        send_message(&mut self.env, &pid, &slot.res, &payload, transit);
+                        if self.me.batch_delivery {
+                            if slot.batch.is_empty() {
+                                self.batched.push(conn);
+                            }
+                            slot.batch.push((payload, transit));
+                            if slot.batch.len() >= MAX_BATCH {
+                                let batch = std::mem::take(&mut slot.batch);
+                                send_batch(&mut self.env, &pid, &slot.res, batch);
+                            }
+                        } else {
+                            send_message(&mut self.env, &pid, &slot.res, &payload, transit);
+                        }
                         let res = &slot.res;
                         if res.flow_controlled.load(Ordering::Relaxed)
                             && res.budget.exceeded(messages, bytes)
@@ -671,6 +727,8 @@ impl Driver {
                 receipt,
                 acked,
             } => {
+                // Messages that arrived before stay before.
+                self.deliver_batch(conn);
                 let Some(slot) = self.conns.get_mut(&conn) else {
                     return;
                 };
@@ -685,6 +743,7 @@ impl Driver {
                 });
             }
             Event::Disconnected { conn, reason } => {
+                self.deliver_batch(conn);
                 let Some(slot) = self.conns.get_mut(&conn) else {
                     return;
                 };
@@ -905,6 +964,7 @@ impl Slot {
             local: None,
             rates: ConnRates::default(),
             close_reason: None,
+            batch: Vec::new(),
         }
     }
 }
@@ -932,6 +992,31 @@ fn send_message(
         bin.as_mut_slice().copy_from_slice(rest);
         let bin: rustler::Binary = bin.into();
         (atoms::raknet(), res, kind, bin, transit.as_millis() as u64).encode(env)
+    });
+}
+
+/// `{:raknet_batch, conn_ref, [{type, payload, transit_time}, ...]}`: messages in the order
+/// they arrived.
+fn send_batch(
+    env: &mut OwnedEnv,
+    pid: &LocalPid,
+    res: &ResourceArc<ConnResource>,
+    batch: Vec<(Bytes, Duration)>,
+) {
+    let res = res.clone();
+    let _ = env.send_and_clear(pid, |env| {
+        let messages: Vec<Term<'_>> = batch
+            .iter()
+            .map(|(payload, transit)| {
+                let kind = payload.first().copied().unwrap_or(0);
+                let rest = payload.get(1..).unwrap_or(&[]);
+                let mut bin = rustler::NewBinary::new(env, rest.len());
+                bin.as_mut_slice().copy_from_slice(rest);
+                let bin: rustler::Binary = bin.into();
+                (kind, bin, transit.as_millis() as u64).encode(env)
+            })
+            .collect();
+        (atoms::raknet_batch(), res, messages).encode(env)
     });
 }
 

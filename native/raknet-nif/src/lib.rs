@@ -318,11 +318,17 @@ fn start_endpoints<'a>(
             max_message_bytes: endpoint.config().limits.max_message_bytes,
             budget: options.budget,
             fault_injection: options.fault_injection,
+            batch_delivery: options.batch_delivery,
         });
         env.monitor(&me, &owner);
         let thread_me = me.clone();
+        let batched_io = options.batched_io;
         let driver = async move {
-            let socket = udp::Udp::new(tokio::net::UdpSocket::from_std(socket)?, pktinfo);
+            let socket = udp::Udp::new(
+                tokio::net::UdpSocket::from_std(socket)?,
+                pktinfo,
+                batched_io,
+            );
             driver::Driver::new(endpoint, socket, rx, thread_me, owner)
                 .run()
                 .await;

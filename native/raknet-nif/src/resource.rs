@@ -48,6 +48,8 @@ pub(crate) struct EndpointResource {
     pub(crate) budget: DeliveryBudget,
     /// Whether `endpoint_inject_fault` may crash this endpoint (tests only).
     pub(crate) fault_injection: bool,
+    /// Deliver the messages a connection yields at once as one `{:raknet_batch, ...}`.
+    pub(crate) batch_delivery: bool,
 }
 
 impl EndpointResource {

@@ -8,11 +8,87 @@
 //! driver sends replies with `sendmsg` carrying `IP_PKTINFO` / `IPV6_PKTINFO` so that they leave
 //! from the address the peer used. Sockets bound to one address, and other systems, use plain
 //! `recv_from` / `send_to`.
+//!
+//! On Linux datagrams are read and written in batches, up to [`BATCH`] per system call, with
+//! `recvmmsg` / `sendmmsg` (the same control messages per datagram); elsewhere, or where the
+//! kernel lacks them (`ENOSYS`), one call per datagram.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+use bytes::Bytes;
 use tokio::net::UdpSocket;
+
+/// Datagrams per `recvmmsg` / `sendmmsg` call at most.
+pub(crate) const BATCH: usize = 32;
+/// Room for one datagram: RakNet's largest MTU is 1492, and a longer datagram is cut here
+/// (the engine then rejects it as malformed).
+const DATAGRAM_ROOM: usize = 2048;
+
+/// A datagram received: its bytes, its source, and the local address it was sent to when the
+/// socket reports it (and it is one a reply can be sent from).
+pub(crate) struct Received {
+    pub(crate) data: Bytes,
+    pub(crate) from: SocketAddr,
+    pub(crate) local: Option<IpAddr>,
+}
+
+/// Datagrams to send, in order, with their destination and source address (see
+/// [`Udp::send_batch`]); up to [`BATCH`] of them.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    bytes: Vec<u8>,
+    items: Vec<Outgoing>,
+}
+
+#[derive(Clone, Copy)]
+struct Outgoing {
+    start: usize,
+    len: usize,
+    to: SocketAddr,
+    source: Option<IpAddr>,
+}
+
+impl Outbox {
+    pub(crate) fn push(&mut self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(data);
+        self.items.push(Outgoing {
+            start,
+            len: data.len(),
+            to,
+            source,
+        });
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.items.len() >= BATCH
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.items.clear();
+    }
+
+    fn data(&self, item: &Outgoing) -> &[u8] {
+        self.bytes
+            .get(item.start..item.start + item.len)
+            .unwrap_or(&[])
+    }
+}
+
+/// Datagrams and system calls, both ways, since the socket was opened.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Counters {
+    pub(crate) datagrams_in: u64,
+    pub(crate) recv_calls: u64,
+    pub(crate) datagrams_out: u64,
+    pub(crate) send_calls: u64,
+}
 
 /// The socket and whether it reports local addresses.
 pub(crate) struct Udp {
@@ -22,15 +98,124 @@ pub(crate) struct Udp {
     /// An IPv6 socket (perhaps dual-stack) takes `IPV6_PKTINFO`, an IPv4 one `IP_PKTINFO`.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     ipv6: bool,
+    /// Receive buffers: one for the per-datagram path, more as batches fill (up to
+    /// [`BATCH`]), so that an endpoint with little traffic keeps little memory.
+    bufs: Vec<Vec<u8>>,
+    /// Whether `recvmmsg` / `sendmmsg` are used (not once the kernel said it lacks them).
+    #[cfg(target_os = "linux")]
+    mmsg: bool,
+    counters: Counters,
 }
 
 impl Udp {
-    pub(crate) fn new(socket: UdpSocket, pktinfo: bool) -> Self {
+    /// `batched`: use `recvmmsg` / `sendmmsg` where the system has them.
+    pub(crate) fn new(socket: UdpSocket, pktinfo: bool, batched: bool) -> Self {
         let ipv6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
+        #[cfg(not(target_os = "linux"))]
+        let _ = batched;
         Self {
             socket,
             pktinfo,
             ipv6,
+            bufs: vec![vec![0; DATAGRAM_ROOM]],
+            #[cfg(target_os = "linux")]
+            mmsg: batched,
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Receive what is waiting, up to [`BATCH`] datagrams in one call, appending them to
+    /// `out`. `WouldBlock` when nothing waits; another error (an ICMP error reported on the
+    /// socket) consumes that error only.
+    pub(crate) fn try_recv_batch(&mut self, out: &mut Vec<Received>) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if self.mmsg {
+            match sys::recv_many(&self.socket, self.pktinfo, &mut self.bufs, out) {
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSYS) => self.mmsg = false,
+                done => {
+                    self.counters.recv_calls += 1;
+                    let got = done?;
+                    self.counters.datagrams_in += got as u64;
+                    // A full batch: more are probably waiting; read more per call next time.
+                    if got == self.bufs.len() && got < BATCH {
+                        let more = self.bufs.len().min(BATCH - got);
+                        self.bufs
+                            .extend(std::iter::repeat_with(|| vec![0; DATAGRAM_ROOM]).take(more));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        self.counters.recv_calls += 1;
+        let mut bufs = std::mem::take(&mut self.bufs);
+        let buf = bufs.first_mut().map(Vec::as_mut_slice).unwrap_or(&mut []);
+        let got = self.try_recv(buf).map(|(n, from, local)| Received {
+            data: Bytes::copy_from_slice(buf.get(..n).unwrap_or(&[])),
+            from,
+            local,
+        });
+        self.bufs = bufs;
+        out.push(got?);
+        self.counters.datagrams_in += 1;
+        Ok(())
+    }
+
+    /// Send every datagram of `out`, in order: in batches where the system has them, waiting
+    /// for room in the socket buffer when it is full. A datagram the kernel refuses (an
+    /// unreachable peer) is skipped: the engine's timers handle the silence.
+    pub(crate) async fn send_batch(&mut self, out: &Outbox) {
+        let mut next = 0;
+        while let Some(first) = out.items.get(next) {
+            #[cfg(target_os = "linux")]
+            if self.mmsg {
+                // One call sends a run of datagrams that share their source address (the
+                // control message is the same for all of them).
+                let run = out.items[next..]
+                    .iter()
+                    .take_while(|i| i.source == first.source)
+                    .count();
+                let items = &out.items[next..next + run];
+                let source = first.source.filter(|_| self.pktinfo);
+                match sys::send_many(&self.socket, self.ipv6, source, out, items) {
+                    Ok(sent) if sent > 0 => {
+                        self.counters.send_calls += 1;
+                        self.counters.datagrams_out += sent as u64;
+                        next += sent;
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.counters.send_calls += 1;
+                        let _ = self.socket.writable().await;
+                        continue;
+                    }
+                    Err(e) if e.raw_os_error() == Some(nix::libc::ENOSYS) => {
+                        self.mmsg = false;
+                        continue;
+                    }
+                    // The first datagram of the run failed: it goes alone below (which also
+                    // retries it from the kernel's choice of source).
+                    _ => self.counters.send_calls += 1,
+                }
+            }
+            self.counters.send_calls += 1;
+            match self.try_send(out.data(first), first.to, first.source) {
+                Ok(_) => self.counters.datagrams_out += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self
+                        .send(out.data(first), first.to, first.source)
+                        .await
+                        .is_ok()
+                    {
+                        self.counters.datagrams_out += 1;
+                    }
+                }
+                Err(_) => {}
+            }
+            next += 1;
         }
     }
 
@@ -45,10 +230,7 @@ impl Udp {
 
     /// One datagram, if one is waiting: its length, its source, and the local address it was
     /// sent to when the socket reports it (and it is one a reply can be sent from).
-    pub(crate) fn try_recv(
-        &self,
-        buf: &mut [u8],
-    ) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
+    fn try_recv(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
         #[cfg(target_os = "linux")]
         if self.pktinfo {
             return sys::try_recv(&self.socket, buf);
@@ -58,12 +240,7 @@ impl Udp {
     }
 
     /// Send one datagram now, from `source` when given (`WouldBlock` if the buffer is full).
-    pub(crate) fn try_send(
-        &self,
-        data: &[u8],
-        to: SocketAddr,
-        source: Option<IpAddr>,
-    ) -> io::Result<usize> {
+    fn try_send(&self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) -> io::Result<usize> {
         #[cfg(target_os = "linux")]
         if let (true, Some(source)) = (self.pktinfo, source) {
             return sys::try_send(&self.socket, self.ipv6, data, to, source)
@@ -79,12 +256,7 @@ impl Udp {
     }
 
     /// Send one datagram, waiting for room in the socket buffer.
-    pub(crate) async fn send(
-        &self,
-        data: &[u8],
-        to: SocketAddr,
-        source: Option<IpAddr>,
-    ) -> io::Result<usize> {
+    async fn send(&self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) -> io::Result<usize> {
         loop {
             match self.try_send(data, to, source) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.socket.writable().await?,
@@ -118,13 +290,171 @@ mod sys {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
     use std::os::fd::AsRawFd;
 
+    use bytes::Bytes;
     use nix::libc;
     use nix::sys::socket::{
-        recvmsg, sendmsg, setsockopt, sockopt, ControlMessage, ControlMessageOwned, MsgFlags,
-        SockaddrStorage,
+        recvmmsg, recvmsg, sendmmsg, sendmsg, setsockopt, sockopt, ControlMessage,
+        ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage,
     };
     use tokio::io::Interest;
     use tokio::net::UdpSocket;
+
+    use super::{Outbox, Outgoing, Received, BATCH};
+
+    /// Room for a received datagram's control messages, as [`ControlBuffer`].
+    const CONTROL_ROOM: usize = 128;
+
+    // The headers `recvmmsg` and `sendmmsg` fill in are made for each call: they hold raw
+    // pointers (the endpoint's future must be `Send`), and a reused receive header would keep
+    // the control length the kernel shrank it to for an earlier datagram (nix does not restore
+    // it), cutting later control messages.
+
+    /// One `recvmmsg` into `bufs`; returns how many datagrams it appended to `out`.
+    pub(super) fn recv_many(
+        socket: &UdpSocket,
+        pktinfo: bool,
+        bufs: &mut [Vec<u8>],
+        out: &mut Vec<Received>,
+    ) -> io::Result<usize> {
+        let control = pktinfo.then(|| Vec::with_capacity(CONTROL_ROOM));
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(bufs.len(), control);
+        socket.try_io(Interest::READABLE, || {
+            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
+                .iter_mut()
+                .map(|b| [IoSliceMut::new(b.as_mut_slice())])
+                .collect();
+            let msgs = recvmmsg(
+                socket.as_raw_fd(),
+                &mut headers,
+                iovs.iter_mut(),
+                MsgFlags::empty(),
+                None,
+            )?;
+            let mut n = 0;
+            for msg in msgs {
+                n += 1;
+                // A datagram without a source address cannot be answered: dropped.
+                let Some(from) = msg.address.as_ref().and_then(std_addr) else {
+                    continue;
+                };
+                let local = if pktinfo {
+                    msg.cmsgs().ok().and_then(local_addr)
+                } else {
+                    None
+                };
+                let data = msg.iovs().next().unwrap_or(&[]);
+                out.push(Received {
+                    data: Bytes::copy_from_slice(data),
+                    from,
+                    local,
+                });
+            }
+            Ok(n)
+        })
+    }
+
+    /// One `sendmmsg` of `items`, all from `source` (the control message is shared), or as
+    /// many of them as one call takes; returns how many were sent. `ipv6_socket` tells which
+    /// control message the socket takes.
+    pub(super) fn send_many(
+        socket: &UdpSocket,
+        ipv6_socket: bool,
+        source: Option<IpAddr>,
+        out: &Outbox,
+        items: &[Outgoing],
+    ) -> io::Result<usize> {
+        let items = items.get(..items.len().min(BATCH)).unwrap_or(&[]);
+        let iovs: Vec<[IoSlice<'_>; 1]> =
+            items.iter().map(|i| [IoSlice::new(out.data(i))]).collect();
+        let addrs: Vec<Option<SockaddrStorage>> = items
+            .iter()
+            .map(|i| Some(SockaddrStorage::from(i.to)))
+            .collect();
+        let v4;
+        let v6;
+        let (cmsg, room) = match (source, ipv6_socket) {
+            (Some(IpAddr::V4(ip)), false) => {
+                v4 = in_pktinfo(ip);
+                (
+                    Some(ControlMessage::Ipv4PacketInfo(&v4)),
+                    Some(nix::cmsg_space!(libc::in_pktinfo)),
+                )
+            }
+            (Some(ip), true) => {
+                v6 = in6_pktinfo(ip);
+                (
+                    Some(ControlMessage::Ipv6PacketInfo(&v6)),
+                    Some(nix::cmsg_space!(libc::in6_pktinfo)),
+                )
+            }
+            // An IPv6 source on an IPv4 socket cannot be one of ours.
+            _ => (None, None),
+        };
+        // The room is exactly one control message: the kernel reads all of it as messages.
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(items.len(), room);
+        let cmsgs: &[ControlMessage<'_>] = match &cmsg {
+            Some(c) => std::slice::from_ref(c),
+            None => &[],
+        };
+        socket.try_io(Interest::WRITABLE, || {
+            let sent = sendmmsg(
+                socket.as_raw_fd(),
+                &mut headers,
+                &iovs,
+                &addrs,
+                cmsgs,
+                MsgFlags::empty(),
+            )?;
+            Ok(sent.count())
+        })
+    }
+
+    fn in_pktinfo(ip: Ipv4Addr) -> libc::in_pktinfo {
+        libc::in_pktinfo {
+            ipi_ifindex: 0,
+            ipi_spec_dst: libc::in_addr {
+                s_addr: u32::from_ne_bytes(ip.octets()),
+            },
+            ipi_addr: libc::in_addr { s_addr: 0 },
+        }
+    }
+
+    /// On a dual-stack socket an IPv4 source is given v4-mapped.
+    fn in6_pktinfo(ip: IpAddr) -> libc::in6_pktinfo {
+        let ip = match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
+        libc::in6_pktinfo {
+            ipi6_addr: libc::in6_addr {
+                s6_addr: ip.octets(),
+            },
+            ipi6_ifindex: 0,
+        }
+    }
+
+    /// The local address a datagram was sent to, from its control messages, if a reply can
+    /// leave from it.
+    fn local_addr(cmsgs: impl Iterator<Item = ControlMessageOwned>) -> Option<IpAddr> {
+        let mut v4 = None;
+        let mut v6 = None;
+        for cmsg in cmsgs {
+            match cmsg {
+                // ipi_spec_dst: the local address to answer from, even for a datagram
+                // sent to a broadcast address (network byte order in memory).
+                ControlMessageOwned::Ipv4PacketInfo(info) => {
+                    v4 = Some(IpAddr::V4(Ipv4Addr::from(
+                        info.ipi_spec_dst.s_addr.to_ne_bytes(),
+                    )));
+                }
+                ControlMessageOwned::Ipv6PacketInfo(info) => {
+                    v6 = Some(Ipv6Addr::from(info.ipi6_addr.s6_addr).to_canonical());
+                }
+                _ => {}
+            }
+        }
+        v4.or(v6).filter(|ip| usable_source(*ip))
+    }
 
     /// Room for one `in_pktinfo` and one `in6_pktinfo` control message (72 bytes on 64-bit
     /// Linux), aligned for `cmsghdr`. A datagram whose messages do not fit is still received,
@@ -164,25 +494,8 @@ mod sys {
                 msg.address.as_ref().and_then(std_addr).ok_or_else(|| {
                     io::Error::new(io::ErrorKind::InvalidData, "no source address")
                 })?;
-            let mut v4 = None;
-            let mut v6 = None;
             // Err: the control messages were truncated; the datagram itself is fine.
-            for cmsg in msg.cmsgs().into_iter().flatten() {
-                match cmsg {
-                    // ipi_spec_dst: the local address to answer from, even for a datagram
-                    // sent to a broadcast address (network byte order in memory).
-                    ControlMessageOwned::Ipv4PacketInfo(info) => {
-                        v4 = Some(IpAddr::V4(Ipv4Addr::from(
-                            info.ipi_spec_dst.s_addr.to_ne_bytes(),
-                        )));
-                    }
-                    ControlMessageOwned::Ipv6PacketInfo(info) => {
-                        v6 = Some(Ipv6Addr::from(info.ipi6_addr.s6_addr).to_canonical());
-                    }
-                    _ => {}
-                }
-            }
-            let local = v4.or(v6).filter(|ip| usable_source(*ip));
+            let local = msg.cmsgs().ok().and_then(local_addr);
             Ok((msg.bytes, from, local))
         })
     }
@@ -209,30 +522,8 @@ mod sys {
             })
         };
         match (ipv6_socket, source) {
-            (false, IpAddr::V4(ip)) => {
-                let info = libc::in_pktinfo {
-                    ipi_ifindex: 0,
-                    ipi_spec_dst: libc::in_addr {
-                        s_addr: u32::from_ne_bytes(ip.octets()),
-                    },
-                    ipi_addr: libc::in_addr { s_addr: 0 },
-                };
-                send(&[ControlMessage::Ipv4PacketInfo(&info)])
-            }
-            (true, ip) => {
-                // On a dual-stack socket an IPv4 source is given v4-mapped.
-                let ip = match ip {
-                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-                    IpAddr::V6(v6) => v6,
-                };
-                let info = libc::in6_pktinfo {
-                    ipi6_addr: libc::in6_addr {
-                        s6_addr: ip.octets(),
-                    },
-                    ipi6_ifindex: 0,
-                };
-                send(&[ControlMessage::Ipv6PacketInfo(&info)])
-            }
+            (false, IpAddr::V4(ip)) => send(&[ControlMessage::Ipv4PacketInfo(&in_pktinfo(ip))]),
+            (true, ip) => send(&[ControlMessage::Ipv6PacketInfo(&in6_pktinfo(ip))]),
             // An IPv6 source on an IPv4 socket cannot be one of ours.
             (false, IpAddr::V6(_)) => send(&[]),
         }

@@ -21,6 +21,9 @@ pub struct Pair {
     pub s2c: Link,
     pub server_events: Vec<Event>,
     pub client_events: Vec<Event>,
+    /// The first byte (the datagram's flags) of every datagram each side sent, in order.
+    pub client_sent: Vec<u8>,
+    pub server_sent: Vec<u8>,
     buf: Vec<u8>,
 }
 
@@ -59,6 +62,8 @@ impl Pair {
             s2c: Link::new(link, seed.wrapping_mul(37) ^ 2),
             server_events: Vec::new(),
             client_events: Vec::new(),
+            client_sent: Vec::new(),
+            server_sent: Vec::new(),
             buf: Vec::with_capacity(2048),
         }
     }
@@ -73,11 +78,13 @@ impl Pair {
             let mut moved = false;
             while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
                 assert_eq!(t.destination, self.server_addr);
+                self.client_sent.push(self.buf[0]);
                 self.c2s.send(self.now, self.buf[..t.size].to_vec());
                 moved = true;
             }
             while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
                 if t.destination == self.client_addr {
+                    self.server_sent.push(self.buf[0]);
                     self.s2c.send(self.now, self.buf[..t.size].to_vec());
                 }
                 moved = true;

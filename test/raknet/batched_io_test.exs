@@ -1,0 +1,216 @@
+defmodule RakNet.BatchedIoTest do
+  # The endpoint thread reads and writes datagrams in batches (recvmmsg / sendmmsg on Linux):
+  # bursts of datagrams must all arrive, in order, intact, and replies must leave from the
+  # address the client sent to when the server listens on every address.
+  use ExUnit.Case, async: false
+
+  alias RakNet.Connection
+  alias RakNet.Test.EchoClient
+
+  defmodule Continuer do
+    # Each message asks for a continue: under batch delivery it must still run before the
+    # next message of the batch.
+    use RakNet.Handler
+
+    @impl RakNet.Handler
+    def handle_connect(_info, test), do: {:ok, test}
+
+    @impl RakNet.Handler
+    def handle_message(0x86, <<n::32>>, _transit, test) do
+      send(test, {:seq, :message, n})
+      {:noreply, test, {:continue, n}}
+    end
+
+    @impl RakNet.Handler
+    def handle_continue(n, test) do
+      send(test, {:seq, :continue, n})
+      {:noreply, test}
+    end
+  end
+
+  @messages 10_000
+  @burst 500
+  # One message per datagram: two of these do not fit one MTU.
+  @size 900
+
+  for {name, ip, host} <- [
+        {"one address", {127, 0, 0, 1}, "127.0.0.1"},
+        # The server answers from 127.0.0.2 only because it learned, per datagram, where each
+        # one was sent (IP_PKTINFO); the client drops replies from any other address.
+        {"every address, client to 127.0.0.2", {0, 0, 0, 0}, "127.0.0.2"}
+      ] do
+    test "#{@messages} datagrams in bursts of #{@burst} all arrive and are echoed (#{name})" do
+      server =
+        start_supervised!(
+          {RakNet.Server,
+           [
+             EchoClient,
+             0,
+             ip: unquote(Macro.escape(ip)),
+             open_ipv6_socket: false,
+             client_data: self()
+           ]}
+        )
+
+      %{ipv4_port: port} = RakNet.Server.info(server)
+      assert {:ok, conn} = RakNet.connect(unquote(host), port)
+      assert_receive {:client_new, _server_side}, 5_000
+
+      for burst <- 0..(div(@messages, @burst) - 1) do
+        for i <- (burst * @burst)..(burst * @burst + @burst - 1) do
+          assert {:ok, nil} = Connection.send(conn, :reliable_ordered, payload(i))
+        end
+
+        for i <- (burst * @burst)..(burst * @burst + @burst - 1) do
+          <<type, rest::binary>> = payload(i)
+          assert_receive {:raknet, ^conn, ^type, ^rest, _transit}, 10_000
+        end
+      end
+
+      [endpoint] = RakNet.Server.info(server).endpoints
+      stats = endpoint.stats
+      # Every data datagram of the client was read, and every echo written.
+      assert stats.udp_datagrams_in >= @messages
+      assert stats.udp_datagrams_out >= @messages
+
+      if match?({:unix, :linux}, :os.type()) do
+        # Bursts were read and written several datagrams per system call.
+        assert stats.udp_datagrams_in / stats.udp_recv_calls > 1.5,
+               "#{stats.udp_datagrams_in} datagrams in #{stats.udp_recv_calls} recv calls"
+
+        assert stats.udp_datagrams_out / stats.udp_send_calls > 1.5,
+               "#{stats.udp_datagrams_out} datagrams in #{stats.udp_send_calls} send calls"
+      end
+
+      {:ok, info} = Connection.info(conn)
+      assert info.stats.messages_in >= @messages
+      Connection.close(conn)
+    end
+  end
+
+  test "the portable path (one datagram per call, as on systems without recvmmsg) delivers bursts too" do
+    opts =
+      RakNet.Server.Config.new(EchoClient, 0, ip: "127.0.0.1", open_ipv6_socket: false)
+      |> RakNet.Server.Config.to_native(:inet)
+      |> Map.put(:batched_io, false)
+
+    {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+    %{port: port} = RakNet.Native.endpoint_info(endpoint)
+    assert {:ok, client} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+    :ok = RakNet.Native.conn_set_owner(conn, self())
+
+    for burst <- 0..9 do
+      for i <- (burst * @burst)..(burst * @burst + @burst - 1) do
+        assert {:ok, nil} = Connection.send(client, :reliable_ordered, payload(i))
+      end
+
+      for i <- (burst * @burst)..(burst * @burst + @burst - 1) do
+        <<type, rest::binary>> = payload(i)
+        assert_receive {:raknet, ^conn, ^type, ^rest, _transit}, 10_000
+      end
+
+      # As a connection process does: past its delivery budget the peer is held back.
+      :ok = RakNet.Native.conn_delivered(conn, @burst, @burst * @size)
+    end
+
+    %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
+    assert stats.udp_datagrams_in >= 10 * @burst
+    # One call per datagram (and one more each time the socket runs dry).
+    assert stats.udp_recv_calls > stats.udp_datagrams_in
+    assert stats.udp_send_calls >= stats.udp_datagrams_out
+    Connection.close(client)
+    RakNet.Native.endpoint_stop(endpoint)
+  end
+
+  for batch <- [true, false] do
+    test "batch_delivery: #{batch} delivers every message in order, #{if batch, do: "in {:raknet_batch, ...}", else: "one {:raknet, ...} each"}" do
+      batch = unquote(batch)
+
+      server =
+        start_supervised!(
+          {RakNet.Server,
+           [
+             EchoClient,
+             0,
+             ip: {127, 0, 0, 1},
+             open_ipv6_socket: false,
+             client_data: self(),
+             batch_delivery: batch
+           ]}
+        )
+
+      %{ipv4_port: port} = RakNet.Server.info(server)
+      assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+      assert_receive {:client_new, server_side}, 5_000
+      # What the connection process receives, seen by this process.
+      :erlang.trace(server_side, true, [:receive])
+
+      # Small messages: many to a datagram.
+      for i <- 1..2_000,
+          do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+
+      # Echoed in order, and the handler saw each once, in order.
+      for i <- 1..2_000 do
+        assert_receive {:raknet, ^conn, 0x86, <<^i::32>>, _}, 10_000
+        assert_receive {:client_received, ^server_side, 0x86, 4, _}, 10_000
+      end
+
+      :erlang.trace(server_side, false, [:receive])
+      ref = :erlang.trace_delivered(server_side)
+      assert_receive {:trace_delivered, ^server_side, ^ref}, 5_000
+      received = traced(server_side, [])
+      batches = for {:raknet_batch, _, messages} <- received, do: length(messages)
+      singles = for {:raknet, _, _, _, _} <- received, do: 1
+
+      if batch do
+        assert singles == []
+        assert Enum.sum(batches) == 2_000
+        assert Enum.max(batches) > 1, "batches of #{inspect(Enum.frequencies(batches))}"
+      else
+        assert batches == []
+        assert length(singles) == 2_000
+      end
+    end
+  end
+
+  test "under batch delivery a handler's {:continue, _} runs before the batch's next message" do
+    server =
+      start_supervised!(
+        {RakNet.Server,
+         [
+           Continuer,
+           0,
+           ip: {127, 0, 0, 1},
+           open_ipv6_socket: false,
+           client_data: self(),
+           batch_delivery: true
+         ]}
+      )
+
+    %{ipv4_port: port} = RakNet.Server.info(server)
+    assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    for i <- 1..300, do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+
+    for i <- 1..300 do
+      assert_receive {:seq, kind, n}, 10_000
+      assert {kind, n} == {:message, i}
+      assert_receive {:seq, kind, n}, 10_000
+      assert {kind, n} == {:continue, i}
+    end
+  end
+
+  defp traced(pid, acc) do
+    receive do
+      {:trace, ^pid, :receive, msg} -> traced(pid, [msg | acc])
+    after
+      0 -> Enum.reverse(acc)
+    end
+  end
+
+  # 0x86, the index, then filler that depends on it: a datagram mixed up with another fails.
+  defp payload(i) do
+    filler = :binary.copy(<<rem(i, 251)>>, @size - 5)
+    <<0x86, i::32, filler::binary>>
+  end
+end
