@@ -156,8 +156,11 @@ defmodule Bench do
         ip: "127.0.0.1",
         open_ipv6_socket: false,
         max_connections: 20_000,
-        # Every simulated player of the load tester comes from 127.0.0.1.
+        # Every simulated player of the load tester comes from 127.0.0.1: its handshakes and
+        # connections would otherwise meet the per-IP limits meant for the internet.
         max_connections_per_ip: 20_000,
+        max_half_open: 20_000,
+        max_half_open_per_ip: 20_000,
         client_data: client_data,
         # BENCH_BATCH=1: {:raknet_batch, ...} delivery to the connection processes.
         batch_delivery: System.get_env("BENCH_BATCH") == "1",
