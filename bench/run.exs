@@ -198,12 +198,18 @@ defmodule Bench do
     out = rust("engine")
 
     bulk =
-      for [_, loss, secs, mbs] <-
+      for [_, loss, controller, in_flight, secs, mbs] <-
             Regex.scan(
-              ~r/16 MiB .*?(\d+) % loss: median ([\d.]+) s virtual = ([\d.]+) MB\/s/,
+              ~r/16 MiB .*?(\d+) % loss, (\w+)\s+(\d+) in flight: median ([\d.]+) s virtual = ([\d.]+) MB\/s/,
               out
             ),
-          do: %{loss_percent: int(loss), seconds: flt(secs), mb_per_s: flt(mbs)}
+          do: %{
+            loss_percent: int(loss),
+            controller: String.downcase(controller),
+            max_reliable_in_flight: int(in_flight),
+            seconds: flt(secs),
+            mb_per_s: flt(mbs)
+          }
 
     %{
       messages_per_s: num(out, ~r/median (\d+) messages\/s/),
@@ -814,6 +820,17 @@ by_handle = m.(send_paths, :ns_per_send_handle)
 bc_call = m.(broadcast, :us_per_broadcast)
 bc_sends = m.(broadcast, :us_per_1000_sends)
 f = &Bench.fmt/1
+
+# The simulator's 16 MiB rate for a controller and a loss, at the default in-flight limit.
+sim_bulk = fn engine, controller, loss ->
+  (engine || %{})
+  |> Map.get(:bulk_16mib_20ms_rtt_virtual, [])
+  |> Enum.find(%{}, fn b ->
+    b.controller == controller and b.loss_percent == loss and b.max_reliable_in_flight == 1024
+  end)
+  |> Map.get(:mb_per_s)
+end
+
 x = fn r -> if r, do: "#{Bench.fmt(r)}x", else: "-" end
 c = &Bench.cell/2
 
@@ -842,13 +859,14 @@ rows =
       "3. 16 MiB reliable_ordered, 0 % loss (relay)",
       c.(bulk0, "#{f.(b0.mb_per_s)} MB/s, #{f.(b0.seconds)} s"),
       "",
-      "simulator at 20 ms RTT: #{f.(engine |> Map.get(:bulk_16mib_20ms_rtt_virtual, []) |> Enum.at(0, %{}) |> Map.get(:mb_per_s))} MB/s"
+      "simulator at 20 ms RTT, 0 % loss: reno #{f.(sim_bulk.(engine, "reno", 0))} / bbr #{f.(sim_bulk.(engine, "bbr", 0))} MB/s"
     ],
     [
       "3. 16 MiB reliable_ordered, 5 % loss (relay)",
       c.(bulk5, "#{f.(b5.mb_per_s)} MB/s, #{f.(b5.seconds)} s"),
       "",
-      "#{x.(Bench.ratio(b5.mb_per_s, b0.mb_per_s))} the lossless rate; #{f.(b5.resends)} resends"
+      "#{x.(Bench.ratio(b5.mb_per_s, b0.mb_per_s))} the lossless rate; #{f.(b5.resends)} resends; " <>
+        "simulator at 20 ms RTT, 5 % loss: reno #{f.(sim_bulk.(engine, "reno", 5))} / bbr #{f.(sim_bulk.(engine, "bbr", 5))} MB/s"
     ],
     [
       "4. echo round trip at 1,000 msg/s, p50 / p99",
