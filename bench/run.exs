@@ -621,9 +621,9 @@ defmodule Bench do
         sample = %{
           t: System.monotonic_time(:millisecond),
           connections: RakNet.Server.info(server.sup).connections,
-          endpoint_cpu: thread_ticks(System.pid(), "raknet-#{server.port}"),
-          cpu: cpu_ticks(System.pid()),
-          load_cpu: cpu_ticks(load_pid),
+          endpoint_cpu: Bench.Proc.thread_ticks(System.pid(), "raknet-#{server.port}"),
+          cpu: Bench.Proc.cpu_ticks(System.pid()),
+          load_cpu: Bench.Proc.cpu_ticks(load_pid),
           beam: :erlang.memory(:total),
           rust: RakNet.native_memory()
         }
@@ -640,52 +640,9 @@ defmodule Bench do
     end
   end
 
-  # utime + stime of the thread of OS process `pid` named `name`, in clock ticks; 0 if none.
-  # Summed over the server's endpoint threads: `name`, or `name-0`, `name-1`, ... with several.
-  defp thread_ticks(pid, name) do
-    case File.ls("/proc/#{pid}/task") do
-      {:ok, tids} ->
-        tids
-        |> Enum.map(fn tid ->
-          case File.read("/proc/#{pid}/task/#{tid}/comm") do
-            {:ok, comm} ->
-              comm = String.trim(comm)
-
-              if comm == name or String.starts_with?(comm, name <> "-"),
-                do: cpu_ticks("#{pid}/task/#{tid}"),
-                else: 0
-
-            _ ->
-              0
-          end
-        end)
-        |> Enum.sum()
-
-      {:error, _} ->
-        0
-    end
-  end
-
-  # utime + stime of an OS process, in clock ticks (100 per second on Linux); 0 once it is gone.
-  defp cpu_ticks(pid) do
-    case File.read("/proc/#{pid}/stat") do
-      {:ok, stat} ->
-        fields = stat |> String.split(") ") |> List.last() |> String.split()
-        String.to_integer(Enum.at(fields, 11)) + String.to_integer(Enum.at(fields, 12))
-
-      {:error, _} ->
-        0
-    end
-  end
-
   # -- Output ---------------------------------------------------------------------------------
 
-  defp num(out, re) do
-    case Regex.run(re, out) do
-      [_, v] -> if String.contains?(v, "."), do: flt(v), else: int(v)
-      _ -> nil
-    end
-  end
+  defdelegate num(out, re), to: Bench.Proc
 
   defp int(v), do: String.to_integer(v)
   defp flt(v), do: String.to_float(v)

@@ -179,7 +179,7 @@ defmodule Bench.Soak do
           connections: RakNet.Server.info(server).connections,
           beam: :erlang.memory(:total),
           rust: RakNet.native_memory(),
-          cpu: Map.new(pids, fn {k, pid} -> {k, cpu_ticks(pid)} end),
+          cpu: Map.new(pids, fn {k, pid} -> {k, Bench.Proc.cpu_ticks(pid)} end),
           queues: queues(conns)
         }
 
@@ -229,18 +229,6 @@ defmodule Bench.Soak do
       ^msg -> flush(msg)
     after
       0 -> :ok
-    end
-  end
-
-  # utime + stime of an OS process, in clock ticks (100 per second on Linux); 0 once it is gone.
-  defp cpu_ticks(pid) do
-    case File.read("/proc/#{pid}/stat") do
-      {:ok, stat} ->
-        fields = stat |> String.split(") ") |> List.last() |> String.split()
-        String.to_integer(Enum.at(fields, 11)) + String.to_integer(Enum.at(fields, 12))
-
-      {:error, _} ->
-        0
     end
   end
 
@@ -405,12 +393,7 @@ defmodule Bench.Soak do
   defp mb(bytes), do: :erlang.float_to_binary(bytes / 1_048_576, decimals: 1)
   defp pad(x, n), do: x |> to_string() |> String.pad_leading(n)
 
-  defp num(out, re) do
-    case Regex.run(re, out) do
-      [_, v] -> if String.contains?(v, "."), do: String.to_float(v), else: int(v)
-      _ -> nil
-    end
-  end
+  defdelegate num(out, re), to: Bench.Proc
 
   defp int(v), do: String.to_integer(v)
 end
