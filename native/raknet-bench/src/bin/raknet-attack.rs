@@ -416,6 +416,12 @@ fn spawn_drains(pool: &[Rc<UdpSocket>], traffic: &Rc<Traffic>, until: Instant) {
     }
 }
 
+/// How many of `max` sends at `rate` per second since `start` are due by `now` (the first at
+/// once).
+fn due(start: Instant, now: Instant, rate: f64, max: u64) -> u64 {
+    (((now - start).as_secs_f64() * rate) as u64 + 1).min(max)
+}
+
 /// Call `send(k)` for k = 0, 1, ... at `rate` per second until `end` or `max` calls.
 async fn paced(rate: f64, end: Instant, max: u64, mut send: impl FnMut(u64)) -> u64 {
     let start = Instant::now();
@@ -425,8 +431,7 @@ async fn paced(rate: f64, end: Instant, max: u64, mut send: impl FnMut(u64)) -> 
         if now >= end {
             break;
         }
-        let due = (((now - start).as_secs_f64() * rate) as u64 + 1).min(max);
-        while k < due {
+        while k < due(start, now, rate, max) {
             send(k);
             k += 1;
         }
@@ -1455,7 +1460,7 @@ async fn nak_attack(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<St
     let mut naks = 0u64;
     let start = Instant::now();
     while Instant::now() < end {
-        let due = ((start.elapsed().as_secs_f64() * ctx.conn_rate) as u64 + 1).min(1_000_000);
+        let due = due(start, Instant::now(), ctx.conn_rate, 1_000_000);
         while naks < due {
             let (lo, hi) = c.server_seqs.unwrap_or((0, 0));
             let nak = encode(&Nak {
@@ -1501,7 +1506,7 @@ async fn far_ahead(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<Str
     let start = Instant::now();
     let mut sent = 0u64;
     while Instant::now() < end && !c.closed {
-        let due = ((start.elapsed().as_secs_f64() * ctx.conn_rate) as u64 + 1).min(1_000_000);
+        let due = due(start, Instant::now(), ctx.conn_rate, 1_000_000);
         while sent < due {
             c.next_seq = (c.next_seq + FAR_AHEAD_GAP) & 0xff_ffff;
             let mut ping = vec![id::CONNECTED_PING];
@@ -1565,7 +1570,7 @@ async fn repeat_09(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<Str
     let start = Instant::now();
     let mut sent = 0u64;
     while Instant::now() < end && !c.closed {
-        let due = ((start.elapsed().as_secs_f64() * ctx.conn_rate) as u64 + 1).min(1_000_000);
+        let due = due(start, Instant::now(), ctx.conn_rate, 1_000_000);
         while sent < due {
             let req = encode(&ConnectionRequest {
                 client_guid: c.guid,
