@@ -9,13 +9,7 @@ defmodule RakNet.Interop.OfficialTest do
 
   alias RakNet.Test.{EchoClient, Official}
 
-  defp start_server(opts) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-
-    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
-    pid = start_supervised!(%{spec | id: make_ref()})
-    {pid, RakNet.Server.info(pid).ipv4_port}
-  end
+  defp start_server(opts), do: RakNet.Test.Server.start!(EchoClient, opts)
 
   test "the official client's burst is echoed completely, in order, through back-pressure" do
     # A tiny delivery budget: the handler's mailbox passes it many times, so the server has

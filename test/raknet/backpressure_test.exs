@@ -5,13 +5,7 @@ defmodule RakNet.BackpressureTest do
   alias RakNet.Connection
   alias RakNet.Test.GateClient
 
-  defp start_server(opts) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-
-    spec = RakNet.Server.child_spec([GateClient, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    RakNet.Server.info(server).ipv4_port
-  end
+  defp start_server(opts), do: GateClient |> RakNet.Test.Server.start!(opts) |> elem(1)
 
   # Polls `fun` every 10 ms until it returns a truthy value, for at most `ms`.
   defp eventually(fun, ms \\ 5_000) do

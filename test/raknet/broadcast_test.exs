@@ -7,13 +7,7 @@ defmodule RakNet.BroadcastTest do
 
   @moduletag timeout: 120_000
 
-  defp start_server(module, opts \\ []) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-
-    spec = RakNet.Server.child_spec([module, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    {server, RakNet.Server.info(server).ipv4_port}
-  end
+  defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
 
   # Every {:raknet, conn, 0x86, payload, _} that arrives within `ms` of the last one.
   defp collect(ms, acc \\ []) do

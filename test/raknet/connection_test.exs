@@ -6,12 +6,7 @@ defmodule RakNet.ConnectionTest do
 
   defp start_server(opts \\ []) do
     {module, opts} = Keyword.pop(opts, :module, EchoClient)
-
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-
-    spec = RakNet.Server.child_spec([module, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    {server, RakNet.Server.info(server).ipv4_port}
+    RakNet.Test.Server.start!(module, opts)
   end
 
   defp connect(port) do

@@ -7,12 +7,7 @@ defmodule RakNet.EndpointThreadsTest do
 
   @moduletag timeout: 120_000
 
-  defp start_server(opts) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    {server, RakNet.Server.info(server).ipv4_port}
-  end
+  defp start_server(opts), do: RakNet.Test.Server.start!(EchoClient, opts)
 
   defp collect(ms, acc \\ []) do
     receive do

@@ -6,13 +6,7 @@ defmodule RakNet.FaultsTest do
   alias RakNet.{Connection, Native}
   alias RakNet.Test.{EchoClient, RaisingClient}
 
-  defp start_server(module, opts \\ []) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-
-    spec = RakNet.Server.child_spec([module, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    {server, RakNet.Server.info(server).ipv4_port}
-  end
+  defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
 
   defp listener(server) do
     Enum.find_value(Supervisor.which_children(server), fn

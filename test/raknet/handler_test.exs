@@ -84,12 +84,7 @@ defmodule RakNet.HandlerTest do
     def handle_message(_type, _payload, _transit, state), do: {:noreply, state}
   end
 
-  defp start_server(module, opts \\ []) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-    spec = RakNet.Server.child_spec([module, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    {server, RakNet.Server.info(server).ipv4_port}
-  end
+  defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
 
   defp connect(port) do
     {:ok, conn} = RakNet.connect("127.0.0.1", port)

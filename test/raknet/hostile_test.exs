@@ -5,17 +5,7 @@ defmodule RakNet.HostileTest do
   @moduletag timeout: 120_000
   @magic <<0, 255, 255, 0, 254, 254, 254, 254, 253, 253, 253, 253, 18, 52, 86, 120>>
 
-  defp start_server(opts \\ []) do
-    opts =
-      Keyword.merge(
-        [ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()],
-        opts
-      )
-
-    spec = RakNet.Server.child_spec([RakNet.Test.EchoClient, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    {server, RakNet.Server.info(server).ipv4_port}
-  end
+  defp start_server(opts \\ []), do: RakNet.Test.Server.start!(RakNet.Test.EchoClient, opts)
 
   defp udp(ip) do
     {:ok, socket} = :gen_udp.open(0, [:binary, active: false, ip: ip])

@@ -8,12 +8,8 @@ defmodule RakNet.OperationsTest do
 
   @moduletag timeout: 60_000
 
-  defp start_server(opts \\ []) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref(), restart: :temporary})
-    {server, RakNet.Server.info(server).ipv4_port}
-  end
+  defp start_server(opts \\ []),
+    do: RakNet.Test.Server.start!(EchoClient, Keyword.merge([restart: :temporary], opts))
 
   test "suspend/1 refuses newcomers, keeps players and still answers pings; resume/1 undoes it" do
     {server, port} = start_server()

@@ -7,12 +7,9 @@ defmodule RakNet.ServerTest do
   @reliabilities RakNet.ReliabilityLayer.Reliability.all()
 
   defp start_server(opts \\ []) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-
-    module = Keyword.get(opts, :module, EchoClient)
-    spec = RakNet.Server.child_spec([module, 0 | Keyword.delete(opts, :module)])
-    pid = start_supervised!(%{spec | id: make_ref()})
-    {pid, RakNet.Server.info(pid)}
+    {module, opts} = Keyword.pop(opts, :module, EchoClient)
+    {server, _port} = RakNet.Test.Server.start!(module, opts)
+    {server, RakNet.Server.info(server)}
   end
 
   defp connect(port, host \\ "127.0.0.1") do

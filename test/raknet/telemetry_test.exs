@@ -39,22 +39,8 @@ defmodule RakNet.TelemetryTest do
     end)
   end
 
-  defp start_server(opts \\ []) do
-    opts =
-      Keyword.merge(
-        [
-          ip: {127, 0, 0, 1},
-          open_ipv6_socket: false,
-          client_data: self(),
-          telemetry_interval_ms: 100
-        ],
-        opts
-      )
-
-    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
-    {server, RakNet.Server.info(server).ipv4_port}
-  end
+  defp start_server(opts \\ []),
+    do: RakNet.Test.Server.start!(EchoClient, Keyword.merge([telemetry_interval_ms: 100], opts))
 
   test "connection start and stop, with the reason and the duration" do
     {server, port} = start_server()

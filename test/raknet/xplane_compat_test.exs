@@ -6,9 +6,7 @@ defmodule RakNet.XPlaneCompatTest do
   alias RakNet.Test.{ChatClient, LinkingClient, XPlaneState}
 
   defp start_server(module, opts) do
-    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
-    spec = RakNet.Server.child_spec([module, 0 | opts])
-    server = start_supervised!(%{spec | id: make_ref()})
+    {server, _port} = RakNet.Test.Server.start!(module, opts)
     {server, RakNet.Server.info(server)}
   end
 

@@ -15,14 +15,7 @@ defmodule Mix.Tasks.Raknet.TasksTest do
     )
   end
 
-  defp start_server(opts) do
-    args =
-      [ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()]
-      |> Keyword.merge(opts)
-
-    server = start_supervised!({RakNet.Server, [RakNet.Test.EchoClient, 0 | args]})
-    RakNet.Server.info(server).ipv4_port
-  end
+  defp start_server(opts), do: RakNet.Test.Server.start!(RakNet.Test.EchoClient, opts) |> elem(1)
 
   test "raknet.ping prints the pong of a live server and exits 0" do
     port =

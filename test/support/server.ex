@@ -1,0 +1,23 @@
+defmodule RakNet.Test.Server do
+  @moduledoc """
+  Starts a `RakNet.Server` for a test, under the test's supervisor (stopped with the test):
+  loopback IPv4 only, port 0, the test process as `:client_data`, unless `opts` say otherwise.
+  """
+
+  import ExUnit.Callbacks, only: [start_supervised!: 1]
+
+  @doc """
+  Starts a server of `module` and returns `{server, ipv4_port}`. `restart: :temporary` keeps
+  the test's supervisor from restarting a server the test stops itself.
+  """
+  @spec start!(module(), keyword()) :: {pid(), :inet.port_number()}
+  def start!(module, opts \\ []) do
+    {restart, opts} = Keyword.pop(opts, :restart, :permanent)
+
+    opts = Keyword.merge([ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()], opts)
+
+    spec = RakNet.Server.child_spec([module, 0 | opts])
+    server = start_supervised!(%{spec | id: make_ref(), restart: restart})
+    {server, RakNet.Server.info(server).ipv4_port}
+  end
+end
