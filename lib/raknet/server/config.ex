@@ -255,6 +255,13 @@ defmodule RakNet.Server.Config do
     |> check_relations()
   end
 
+  # Integer options with a lower bound, and the unit their error message names.
+  @minimums %{
+    max_pending_deliveries: {16, ""},
+    max_pending_bytes: {65_536, " (bytes)"},
+    max_buffered_bytes: {1_048_576, " (bytes)"}
+  }
+
   defp validate(:host, nil), do: nil
 
   defp validate(:host, value) do
@@ -389,27 +396,10 @@ defmodule RakNet.Server.Config do
   defp validate(key, value) when key in [:pongs_per_ip_per_sec, :pong_bytes_per_sec],
     do: check(key, value, is_integer(value) and value >= 0, "a non-negative integer")
 
-  defp validate(:max_pending_deliveries, value),
-    do:
-      check(:max_pending_deliveries, value, is_integer(value) and value >= 16, "an integer >= 16")
-
-  defp validate(:max_pending_bytes, value),
-    do:
-      check(
-        :max_pending_bytes,
-        value,
-        is_integer(value) and value >= 65_536,
-        "an integer >= 65536 (bytes)"
-      )
-
-  defp validate(:max_buffered_bytes, value),
-    do:
-      check(
-        :max_buffered_bytes,
-        value,
-        is_integer(value) and value >= 1_048_576,
-        "an integer >= 1048576 (bytes)"
-      )
+  defp validate(key, value) when is_map_key(@minimums, key) do
+    {min, unit} = Map.fetch!(@minimums, key)
+    check(key, value, is_integer(value) and value >= min, "an integer >= #{min}#{unit}")
+  end
 
   defp validate(:telemetry_interval_ms, value),
     do:
