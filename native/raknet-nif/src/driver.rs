@@ -195,12 +195,13 @@ impl Driver {
                 }
                 () = sleep => {}
             }
-            self.endpoint.handle_timeout(Instant::now());
-            if self.next_stall_check.is_some_and(|t| Instant::now() >= t) {
-                self.check_stalls(Instant::now());
+            let now = Instant::now();
+            self.endpoint.handle_timeout(now);
+            if self.next_stall_check.is_some_and(|t| now >= t) {
+                self.check_stalls(now);
             }
-            if Instant::now() >= rates::next_due(self.last_sample) {
-                self.sample_rates(Instant::now());
+            if now >= rates::next_due(self.last_sample) {
+                self.sample_rates(now);
             }
             self.flush().await;
             if let Some(stop) = self.stop_deadline {

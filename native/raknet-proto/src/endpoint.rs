@@ -763,7 +763,10 @@ impl Endpoint {
             return self.queue_offline(from, &AlreadyConnected { server_guid: guid });
         }
         let ip = from.ip();
-        let ip_conns = self.group.connections_from(ip);
+        // Read only once the request passed its checks (the cookie among them): the count is
+        // shared by the server's endpoint threads behind a lock that spoofed requests must
+        // not reach.
+        let group = &self.group;
         let full = !self.has_free_slot();
         let admission = self.config.admission.clone();
         let rates = &mut self.new_conn_rates;
@@ -773,7 +776,7 @@ impl Endpoint {
                 stats.refused_full += 1;
                 return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
             }
-            if ip_conns >= admission.max_connections_per_ip {
+            if group.connections_from(ip) >= admission.max_connections_per_ip {
                 stats.refused_ip_connections += 1;
                 return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
             }
