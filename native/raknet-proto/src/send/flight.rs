@@ -522,14 +522,19 @@ mod tests {
         f
     }
 
-    #[test]
-    fn ack_frees_frames_and_fires_receipts_once() {
-        let t = Instant::now();
-        let (mut rtt, mut cc, mut out) = (
+    /// A fresh RTT estimator, a window of 1 MiB and an empty receipt list.
+    fn estimators() -> (RttEstimator, SlidingWindow, Vec<ReceiptOutcome>) {
+        (
             RttEstimator::new(),
             SlidingWindow::new(1400, 1 << 20),
             Vec::new(),
-        );
+        )
+    }
+
+    #[test]
+    fn ack_frees_frames_and_fires_receipts_once() {
+        let t = Instant::now();
+        let (mut rtt, mut cc, mut out) = estimators();
         let mut f = Flight::default();
         f.expect_receipt(ReceiptId(1), 2);
         f.on_sent(sent(
@@ -580,11 +585,7 @@ mod tests {
     #[test]
     fn nak_and_timeout_queue_resends_and_lose_unreliable_receipts() {
         let t = Instant::now();
-        let (mut rtt, mut cc, mut out) = (
-            RttEstimator::new(),
-            SlidingWindow::new(1400, 1 << 20),
-            Vec::new(),
-        );
+        let (mut rtt, mut cc, mut out) = estimators();
         let mut f = Flight::default();
         f.expect_receipt(ReceiptId(9), 1);
         f.on_sent(sent(
@@ -670,11 +671,7 @@ mod tests {
     fn timers_start_after_the_lost_records_kept_for_late_acks() {
         let t = Instant::now();
         let rto = Duration::from_millis(100);
-        let (mut rtt, mut cc, mut out) = (
-            RttEstimator::new(),
-            SlidingWindow::new(1400, 1 << 20),
-            Vec::new(),
-        );
+        let (mut rtt, mut cc, mut out) = estimators();
         let mut f = Flight::default();
         for i in 0..10 {
             f.on_sent(sent(i, t, vec![(reliable(i), None)], vec![], vec![]));
@@ -702,11 +699,7 @@ mod tests {
     #[test]
     fn a_lost_record_goes_once_its_frames_are_acked_through_resends() {
         let t = Instant::now();
-        let (mut rtt, mut cc, mut out) = (
-            RttEstimator::new(),
-            SlidingWindow::new(1400, 1 << 20),
-            Vec::new(),
-        );
+        let (mut rtt, mut cc, mut out) = estimators();
         let mut f = Flight::default();
         // Steady loss: every fourth datagram is NAKed, its frame resent and acknowledged.
         let mut seq = 0;
