@@ -20,6 +20,25 @@ fn messages(events: &[Event]) -> Vec<Bytes> {
         .collect()
 }
 
+/// Send `n` reliable-ordered messages 0x86 + a big-endian number, padded to `size` bytes.
+fn send_numbered(p: &mut Pair, c: ConnId, n: u32, size: usize) {
+    for i in 0..n {
+        let mut m = vec![0x86];
+        m.extend_from_slice(&i.to_be_bytes());
+        m.resize(size.max(m.len()), 0xAB);
+        let opts = SendOptions::new(Reliability::ReliableOrdered);
+        p.client.send(p.now, c, Bytes::from(m), opts).unwrap();
+    }
+}
+
+/// The numbers of the messages `send_numbered` sent that the server delivered, in order.
+fn numbers(p: &Pair) -> Vec<u32> {
+    messages(&p.server_events)
+        .iter()
+        .map(|m| u32::from_be_bytes([m[1], m[2], m[3], m[4]]))
+        .collect()
+}
+
 #[test]
 fn paused_receiver_holds_the_sender_back_and_loses_nothing_reliable() {
     let link = LinkConfig::default().with_delay(Duration::from_millis(10));
@@ -44,19 +63,7 @@ fn paused_receiver_holds_the_sender_back_and_loses_nothing_reliable() {
             .unwrap();
     }
 
-    for i in 0..200u32 {
-        let mut m = vec![0x86];
-        m.extend_from_slice(&i.to_be_bytes());
-        m.resize(200, 0xAB);
-        p.client
-            .send(
-                p.now,
-                c,
-                Bytes::from(m),
-                SendOptions::new(Reliability::ReliableOrdered),
-            )
-            .unwrap();
-    }
+    send_numbered(&mut p, c, 200, 200);
     // Paused for 3 s: nothing is delivered, the sender keeps its messages, nobody hangs up.
     p.drive_until(Duration::from_secs(3), |_| false);
     assert!(messages(&p.server_events).is_empty());
@@ -77,11 +84,7 @@ fn paused_receiver_holds_the_sender_back_and_loses_nothing_reliable() {
     );
     let took = p.now - resumed;
     assert!(took < Duration::from_millis(200), "took {took:?}");
-    let got: Vec<u32> = messages(&p.server_events)
-        .iter()
-        .map(|m| u32::from_be_bytes([m[1], m[2], m[3], m[4]]))
-        .collect();
-    assert_eq!(got, (0..200).collect::<Vec<_>>());
+    assert_eq!(numbers(&p), (0..200).collect::<Vec<_>>());
     assert!(p.server.connection_stats(s).unwrap().naks_sent > 0);
 }
 
@@ -101,28 +104,14 @@ fn a_duplicate_of_a_refused_datagram_is_not_acknowledged() {
     );
     let (c, s) = p.connect();
     p.server.set_receive_paused(p.now, s, true);
-    for i in 0..50u32 {
-        let mut m = vec![0x86];
-        m.extend_from_slice(&i.to_be_bytes());
-        p.client
-            .send(
-                p.now,
-                c,
-                Bytes::from(m),
-                SendOptions::new(Reliability::ReliableOrdered),
-            )
-            .unwrap();
-    }
+    send_numbered(&mut p, c, 50, 0);
     p.drive_until(Duration::from_secs(2), |_| false);
     assert!(p.server.connection_stats(s).unwrap().refused_paused > 0);
     p.server.set_receive_paused(p.now, s, false);
     let all = p.drive_until(Duration::from_secs(10), |p| {
         messages(&p.server_events).len() == 50
     });
-    let got: Vec<u32> = messages(&p.server_events)
-        .iter()
-        .map(|m| u32::from_be_bytes([m[1], m[2], m[3], m[4]]))
-        .collect();
+    let got = numbers(&p);
     assert!(all, "delivered {got:?}");
     assert_eq!(got, (0..50).collect::<Vec<_>>());
 }
