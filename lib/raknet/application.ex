@@ -33,9 +33,11 @@ end
 
 defmodule RakNet.ClientEndpoint do
   @moduledoc false
-  # Owns the node's client endpoints: one UDP socket and engine per address family, shared by
-  # every RakNet.connect/3 (the engine tells connections apart by server address, so one
-  # socket holds one connection per server; more go through extra endpoints).
+  # Owns the node's client endpoints: UDP sockets with an engine each, shared by every
+  # RakNet.connect/3 (the engine tells connections apart by server address, so one socket
+  # holds one connection per server; more go through extra endpoints). Up to
+  # `:client_threads` endpoints per address family (default: one per scheduler) run on as
+  # many threads, new connections going to the least loaded.
   use GenServer
 
   require Logger
@@ -46,9 +48,17 @@ defmodule RakNet.ClientEndpoint do
   @spec any(:inet.ip_address()) :: {:ok, reference()} | {:error, term()}
   def any(ip), do: GenServer.call(__MODULE__, {:any, ip})
 
-  @doc "An endpoint for connecting to `ip:port` with no connection to that server yet."
+  @doc """
+  An endpoint for connecting to `ip:port` with no connection to that server yet: the least
+  loaded one, or a new one on the next client thread while there are fewer endpoints than
+  threads.
+  """
   @spec checkout(:inet.ip_address(), :inet.port_number()) :: {:ok, reference()} | {:error, term()}
   def checkout(ip, port), do: GenServer.call(__MODULE__, {:checkout, ip, port})
+
+  @doc "The endpoints started so far, per address family (`:inet`, `:inet6`)."
+  @spec endpoints() :: %{optional(:inet | :inet6) => [reference()]}
+  def endpoints, do: GenServer.call(__MODULE__, :endpoints)
 
   @impl GenServer
   def init(:ok), do: {:ok, %{endpoints: %{}, used: %{}}}
@@ -62,7 +72,7 @@ defmodule RakNet.ClientEndpoint do
         {:reply, {:ok, endpoint}, state}
 
       [] ->
-        case start_endpoint(family) do
+        case start_endpoint(family, state) do
           {:error, _} = error ->
             {:reply, error, state}
 
@@ -76,13 +86,17 @@ defmodule RakNet.ClientEndpoint do
   def handle_call({:checkout, ip, port}, _from, state) do
     family = family(ip)
     endpoints = Map.get(state.endpoints, family, [])
-    # An endpoint may hold one connection per server address: use the first without one.
-    free =
-      Enum.find(endpoints, fn ep ->
-        not MapSet.member?(Map.get(state.used, ep, MapSet.new()), {ip, port})
-      end)
+    # An endpoint may hold one connection per server address: the candidates are those
+    # without one to this server.
+    free = Enum.reject(endpoints, &MapSet.member?(reserved(state, &1), {ip, port}))
+    loads = Map.new(free, &{&1, load(state, &1)})
+    least = Enum.min_by(free, &Map.fetch!(loads, &1), fn -> nil end)
 
-    case free || start_endpoint(family) do
+    # Connections are spread over the client threads: while a family has fewer endpoints
+    # than threads, a new connection gets an endpoint (on the next thread) of its own.
+    grow = least == nil or (length(endpoints) < threads() and Map.fetch!(loads, least) > 0)
+
+    case if(grow, do: start_endpoint(family, state), else: least) do
       {:error, _} = error ->
         {:reply, error, state}
 
@@ -90,13 +104,32 @@ defmodule RakNet.ClientEndpoint do
         used =
           Map.update(state.used, endpoint, MapSet.new([{ip, port}]), &MapSet.put(&1, {ip, port}))
 
-        endpoints = if free, do: endpoints, else: endpoints ++ [endpoint]
+        endpoints = if grow, do: endpoints ++ [endpoint], else: endpoints
         # Forget the reservation after the connection had time to fail or succeed; a
         # reconnect to the same server then reuses the endpoint.
         Process.send_after(self(), {:release, endpoint, {ip, port}}, 15_000)
 
         {:reply, {:ok, endpoint},
          %{state | endpoints: Map.put(state.endpoints, family, endpoints), used: used}}
+    end
+  end
+
+  def handle_call(:endpoints, _from, state), do: {:reply, state.endpoints, state}
+
+  defp reserved(state, endpoint), do: Map.get(state.used, endpoint, MapSet.new())
+
+  # Connections on an endpoint: those its thread counted, or, while more are being set up,
+  # the reservations made for it.
+  defp load(state, endpoint) do
+    max(RakNet.Native.endpoint_load(endpoint), MapSet.size(reserved(state, endpoint)))
+  end
+
+  # How many threads the node's client endpoints are spread over (app env
+  # `:client_threads`, default one per scheduler).
+  defp threads do
+    case Application.get_env(:raknet, :client_threads) do
+      n when is_integer(n) and n > 0 -> n
+      _ -> System.schedulers_online()
     end
   end
 
@@ -135,13 +168,16 @@ defmodule RakNet.ClientEndpoint do
       guid: nil,
       max_pending_deliveries: 10_000,
       max_pending_bytes: 4_194_304,
-      # One socket per endpoint, but all client endpoints share one runtime thread.
+      # One socket per endpoint, running on one of the node's shared client threads.
       shared_thread: true
     }
   end
 
-  defp start_endpoint(family) do
-    opts = native_opts(family)
+  # The n-th endpoint of the node (counting both families) runs on client thread n mod
+  # `threads()`.
+  defp start_endpoint(family, state) do
+    started = state.endpoints |> Map.values() |> Enum.map(&length/1) |> Enum.sum()
+    opts = %{native_opts(family) | shared_thread: rem(started, threads())}
 
     case RakNet.Native.endpoint_start(opts, self()) do
       {:ok, endpoint} -> endpoint

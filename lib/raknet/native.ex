@@ -58,6 +58,11 @@ defmodule RakNet.Native do
   def endpoint_info(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  # How many connections the endpoint holds, connecting ones included (never blocks).
+  @spec endpoint_load(reference()) :: non_neg_integer()
+  def endpoint_load(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_set_offline_ping_response(reference(), binary()) :: :ok | {:error, :too_large}
   def endpoint_set_offline_ping_response(_endpoint, _data), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -128,4 +128,50 @@ defmodule RakNet.EndpointThreadsTest do
     assert {:error, reason} = start_supervised(%{spec | id: make_ref()})
     assert inspect(reason) =~ ":eaddrinuse"
   end
+
+  test "outgoing connections are spread over the client threads, the least loaded first" do
+    previous = Application.fetch_env(:raknet, :client_threads)
+    Application.put_env(:raknet, :client_threads, 2)
+
+    on_exit(fn ->
+      case previous do
+        {:ok, value} -> Application.put_env(:raknet, :client_threads, value)
+        :error -> Application.delete_env(:raknet, :client_threads)
+      end
+    end)
+
+    ports = for _ <- 1..4, do: elem(start_server([]), 1)
+
+    conns =
+      for port <- ports do
+        assert {:ok, conn} = RakNet.connect("127.0.0.1", port, timeout: 5_000)
+        conn
+      end
+
+    # Which thread each connection's endpoint runs on, as its thread says.
+    threads =
+      RakNet.ClientEndpoint.endpoints()
+      |> Map.get(:inet, [])
+      |> Map.new(fn endpoint ->
+        info = RakNet.Native.endpoint_info(endpoint)
+        {info.port, info.thread}
+      end)
+
+    used =
+      for conn <- conns do
+        {:ok, %{local_address: {_ip, local_port}}} = Connection.info(conn)
+        Map.fetch!(threads, local_port)
+      end
+
+    assert Enum.all?(used, &String.starts_with?(&1, "raknet-clients-"))
+    per_thread = used |> Enum.frequencies() |> Map.values()
+    assert length(per_thread) >= 2, "all on one thread: #{inspect(used)}"
+    assert Enum.max(per_thread) - Enum.min(per_thread) <= 1, inspect(used)
+
+    # Each connection works whichever thread it is on.
+    for conn <- conns, do: {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "echo">>)
+    got = collect(1_000)
+    assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
+    for conn <- conns, do: Connection.close(conn)
+  end
 end

@@ -61,6 +61,7 @@ rustler::atoms! {
     bad_priority,
     empty,
     invalid_option,
+    thread,
     threads,
     eaddrinuse,
     eacces,

@@ -17,8 +17,9 @@ pub(crate) struct EndpointOptions {
     pub(crate) bind: SocketAddr,
     /// One IPv6 socket that also carries IPv4 (host `::` only).
     pub(crate) dual_stack: bool,
-    /// Run on the node's shared client thread instead of a thread of its own.
-    pub(crate) shared_thread: bool,
+    /// Run on the node's shared client thread `k` (`shared_thread: true` is thread 0)
+    /// instead of a thread of its own.
+    pub(crate) shared_thread: Option<usize>,
     pub(crate) fault_injection: bool,
     /// `{:raknet_batch, conn, messages}` instead of one `{:raknet, ...}` per message.
     pub(crate) batch_delivery: bool,
@@ -33,6 +34,19 @@ fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<
     let env = map.get_env();
     let k = Atom::from_str(env, key).map_err(|_| key)?;
     map.map_get(k).and_then(|v| v.decode()).map_err(|_| key)
+}
+
+/// `shared_thread`: absent or `false` for a thread of the endpoint's own, `true` or an index
+/// for one of the node's shared client threads.
+fn shared_thread(map: Term<'_>) -> Result<Option<usize>, &'static str> {
+    match get::<bool>(map, "shared_thread") {
+        Ok(true) => Ok(Some(0)),
+        Ok(false) => Ok(None),
+        Err(_) => match opt::<usize>(map, "shared_thread")? {
+            Some(k) => Ok(Some(k)),
+            None => Ok(None),
+        },
+    }
 }
 
 /// An optional key: absent (or `nil`) is `None`, so the engine default applies; present
@@ -146,7 +160,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
     Ok(EndpointOptions {
         bind: SocketAddr::new(ip, port),
         dual_stack,
-        shared_thread: get::<bool>(map, "shared_thread").unwrap_or(false),
+        shared_thread: shared_thread(map)?,
         // Tests only: lets `endpoint_inject_fault` crash this endpoint's thread.
         fault_injection: get::<bool>(map, "fault_injection").unwrap_or(false),
         batch_delivery: get::<bool>(map, "batch_delivery").unwrap_or(false),

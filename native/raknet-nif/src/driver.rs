@@ -204,6 +204,7 @@ impl Driver {
                 self.sample_rates(now);
             }
             self.flush().await;
+            self.me.load.store(self.conns.len(), Ordering::Relaxed);
             if let Some(stop) = self.stop_deadline {
                 if self.endpoint.stats().connections == 0 || Instant::now() >= stop {
                     self.finish_stop();
@@ -477,6 +478,7 @@ impl Driver {
                 atoms::connections(),
                 atoms::stats(),
                 atoms::rates(),
+                atoms::thread(),
             ]
             .map(|a| a.encode(env));
             let values = [
@@ -486,6 +488,7 @@ impl Driver {
                 s.connections.encode(env),
                 stats,
                 convert::endpoint_rates(env, &self.rates),
+                std::thread::current().name().unwrap_or("").encode(env),
             ];
             Term::map_from_arrays(env, &keys, &values)
                 .unwrap_or_else(|_| atoms::error().encode(env))

@@ -17,7 +17,7 @@ mod resource;
 mod udp;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -181,12 +181,21 @@ fn spawn_own_thread(
     Ok(())
 }
 
-/// The node's shared client thread: client endpoints run there as tasks, so thousands of
-/// outgoing connections (one socket each) cost one thread, not thousands.
-fn shared_runtime() -> std::io::Result<tokio::runtime::Handle> {
-    static SHARED: std::sync::Mutex<Option<tokio::runtime::Handle>> = std::sync::Mutex::new(None);
+/// The most shared client threads (`shared_thread: k` takes `k` modulo this).
+const MAX_SHARED_THREADS: usize = 64;
+
+/// The node's shared client threads: client endpoints run there as tasks, so thousands of
+/// outgoing connections (one socket each) cost a few threads, not thousands. Thread `k`
+/// (`raknet-clients-k`) is started the first time an endpoint asks for it.
+fn shared_runtime(k: usize) -> std::io::Result<tokio::runtime::Handle> {
+    static SHARED: std::sync::Mutex<Vec<Option<tokio::runtime::Handle>>> =
+        std::sync::Mutex::new(Vec::new());
+    let k = k % MAX_SHARED_THREADS;
     let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(handle) = shared.as_ref() {
+    if shared.len() <= k {
+        shared.resize(k + 1, None);
+    }
+    if let Some(Some(handle)) = shared.get(k) {
         return Ok(handle.clone());
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -195,22 +204,25 @@ fn shared_runtime() -> std::io::Result<tokio::runtime::Handle> {
         .build()?;
     let handle = runtime.handle().clone();
     std::thread::Builder::new()
-        .name("raknet-clients".into())
+        .name(format!("raknet-clients-{k}"))
         .spawn(move || {
             // Tasks that panic are caught by tokio; this thread runs for the life of the VM.
             runtime.block_on(std::future::pending::<()>());
         })?;
-    *shared = Some(handle.clone());
+    if let Some(slot) = shared.get_mut(k) {
+        *slot = Some(handle.clone());
+    }
     Ok(handle)
 }
 
 fn spawn_shared(
     driver: impl std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    thread: usize,
     me: ResourceArc<EndpointResource>,
     owner: LocalPid,
     local: SocketAddr,
 ) -> std::io::Result<()> {
-    let handle = shared_runtime()?;
+    let handle = shared_runtime(thread)?;
     let driver: DriverFuture = Box::pin(driver);
     let task = handle.spawn(driver);
     handle.spawn(async move {
@@ -319,6 +331,7 @@ fn start_endpoints<'a>(
             budget: options.budget,
             fault_injection: options.fault_injection,
             batch_delivery: options.batch_delivery,
+            load: AtomicUsize::new(0),
         });
         env.monitor(&me, &owner);
         let thread_me = me.clone();
@@ -339,8 +352,8 @@ fn start_endpoints<'a>(
         } else {
             format!("raknet-{}-{i}", local.port())
         };
-        let spawned = if options.shared_thread {
-            spawn_shared(driver, me.clone(), owner, local)
+        let spawned = if let Some(thread) = options.shared_thread {
+            spawn_shared(driver, thread, me.clone(), owner, local)
         } else {
             spawn_own_thread(driver, me.clone(), owner, local, name)
         };
@@ -371,6 +384,13 @@ fn ask<'a>(
 #[rustler::nif(schedule = "DirtyIo")]
 fn endpoint_info(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<'_> {
     ask(env, &endpoint.tx, None).unwrap_or_else(|| error(env, atoms::closed()))
+}
+
+/// How many connections the endpoint holds, connecting ones included (as of its thread's
+/// last loop turn; never blocks): what the node's client endpoints are balanced by.
+#[rustler::nif]
+fn endpoint_load(endpoint: ResourceArc<EndpointResource>) -> usize {
+    endpoint.load.load(Ordering::Relaxed)
 }
 
 #[rustler::nif]

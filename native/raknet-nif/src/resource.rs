@@ -50,6 +50,9 @@ pub(crate) struct EndpointResource {
     pub(crate) fault_injection: bool,
     /// Deliver the messages a connection yields at once as one `{:raknet_batch, ...}`.
     pub(crate) batch_delivery: bool,
+    /// Connections the endpoint holds (connecting ones included), as of its thread's last
+    /// loop turn: what `endpoint_load` reads without asking the thread.
+    pub(crate) load: AtomicUsize,
 }
 
 impl EndpointResource {
