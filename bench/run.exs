@@ -346,9 +346,9 @@ defmodule Bench do
 
   # -- 3. Bulk: one 16 MiB reliable_ordered message through a lossy relay --------------------
 
-  def bulk(loss, seed), do: with_server(&bulk(&1, loss, seed))
+  def bulk(loss, seed, cc \\ :reno), do: with_server(&bulk(&1, loss, seed, cc))
 
-  defp bulk(server, loss, seed) do
+  defp bulk(server, loss, seed, cc) do
     relay =
       Port.open({:spawn_executable, Path.join(@bin, "raknet-relay")}, [
         :binary,
@@ -364,14 +364,16 @@ defmodule Bench do
       end
 
     try do
-      bulk_through(relay_port, loss)
+      bulk_through(relay_port, loss, cc)
     after
       Port.close(relay)
     end
   end
 
-  defp bulk_through(relay_port, loss) do
-    {:ok, conn} = RakNet.connect("127.0.0.1", relay_port, timeout: 10_000)
+  # The sender is the client: `cc` is its congestion controller.
+  defp bulk_through(relay_port, loss, cc) do
+    {:ok, conn} = RakNet.connect("127.0.0.1", relay_port, timeout: 10_000, congestion_control: cc)
+
     message = <<0x88, :binary.copy(<<0>>, @bulk_bytes - 1)::binary>>
     t0 = System.monotonic_time(:microsecond)
     {:ok, _} = RakNet.Connection.send(conn, :reliable_ordered, message)
@@ -738,6 +740,11 @@ bulk5 =
     do: Enum.map(1..n, fn seed -> Bench.attempt(fn -> Bench.bulk(0.05, seed) end) end),
     else: []
 
+bulk5_bbr =
+  if Bench.only?(3),
+    do: Enum.map(1..n, fn seed -> Bench.attempt(fn -> Bench.bulk(0.05, seed, :bbr) end) end),
+    else: []
+
 IO.puts("-- 4. echo round trip at 1,000 msg/s (x#{n})")
 
 latency =
@@ -771,6 +778,13 @@ us = fn ms -> ms && ms * 1000 end
 lat = %{p50_us: us.(m.(latency, :p50_ms)), p99_us: us.(m.(latency, :p99_ms))}
 b0 = %{seconds: m.(bulk0, :seconds), mb_per_s: m.(bulk0, :mb_per_s)}
 b5 = %{seconds: m.(bulk5, :seconds), mb_per_s: m.(bulk5, :mb_per_s), resends: m.(bulk5, :resends)}
+
+b5_bbr = %{
+  seconds: m.(bulk5_bbr, :seconds),
+  mb_per_s: m.(bulk5_bbr, :mb_per_s),
+  resends: m.(bulk5_bbr, :resends)
+}
+
 raknet_dgrams = m.(one_way, :client_datagrams_out_per_s)
 by_pid = m.(send_paths, :ns_per_send_pid)
 by_handle = m.(send_paths, :ns_per_send_handle)
@@ -835,7 +849,14 @@ rows =
       "simulator at 20 ms RTT, 0 % loss: reno #{f.(sim_bulk.(engine, "reno", 0))} / bbr #{f.(sim_bulk.(engine, "bbr", 0))} MB/s"
     ],
     [
-      "3. 16 MiB reliable_ordered, 5 % loss (relay)",
+      "3. 16 MiB reliable_ordered, 5 % loss (relay), client congestion_control: :bbr",
+      c.(bulk5_bbr, "#{f.(b5_bbr.mb_per_s)} MB/s, #{f.(b5_bbr.seconds)} s"),
+      "relay >= 20 MB/s",
+      "#{x.(Bench.ratio(b5_bbr.mb_per_s, b0.mb_per_s))} the lossless rate; #{f.(b5_bbr.resends)} resends; " <>
+        "#{x.(Bench.ratio(b5_bbr.mb_per_s, b5.mb_per_s))} :reno through the same relay"
+    ],
+    [
+      "3. 16 MiB reliable_ordered, 5 % loss (relay), :reno (default)",
       c.(bulk5, "#{f.(b5.mb_per_s)} MB/s, #{f.(b5.seconds)} s"),
       "relay >= 20 MB/s; simulator >= 4 MB/s",
       "#{x.(Bench.ratio(b5.mb_per_s, b0.mb_per_s))} the lossless rate; #{f.(b5.resends)} resends; " <>
@@ -924,7 +945,11 @@ results = %{
     ratio: Bench.ratio(ours, theirs),
     runs: official
   },
-  bulk_16mib: %{loss_0: Map.put(b0, :runs, bulk0), loss_5: Map.put(b5, :runs, bulk5)},
+  bulk_16mib: %{
+    loss_0: Map.put(b0, :runs, bulk0),
+    loss_5: Map.put(b5, :runs, bulk5),
+    loss_5_bbr: Map.put(b5_bbr, :runs, bulk5_bbr)
+  },
   latency_1k_per_s: Map.put(lat, :runs, latency),
   send_paths: %{ns_per_send_pid: by_pid, ns_per_send_handle: by_handle, runs: send_paths},
   broadcast_1000: %{us_per_broadcast: bc_call, us_per_1000_sends: bc_sends, runs: broadcast},

@@ -66,7 +66,10 @@ defmodule RakNet do
       and `{:raknet_disconnect, conn, reason}` itself; the result is `{:ok, conn}`, a handle
       that every `RakNet.Connection` function takes (keeping up with its mailbox is then the
       caller's job: no delivery budget applies);
-    * `:timeout` - ms to wait for the handshake (default 10 000).
+    * `:timeout` - ms to wait for the handshake (default 10 000);
+    * `:congestion_control` - `:reno` (default, as official RakNet) or `:bbr`, how fast this
+      side sends (see the server option of the same name): `:bbr` keeps bulk transfers fast
+      over paths with random loss.
 
   Failures: `{:error, {:incompatible_protocol, server_version}}`,
   `:no_free_incoming_connections`, `:banned`, `:already_connected`, `:ip_recently_connected`,
@@ -83,20 +86,35 @@ defmodule RakNet do
           {:ok, pid() | reference()} | {:error, term()}
   def connect(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
     timeout = Keyword.get(opts, :timeout, 10_000)
+    native = native_connect_opts(opts)
 
     with {:ok, ip} <- resolve(host),
          {:ok, endpoint} <- RakNet.ClientEndpoint.checkout(ip, port) do
       address = ip |> :inet.ntoa() |> to_string()
 
       case Keyword.get(opts, :client) do
-        {module, data} -> connect_client(endpoint, address, port, module, data, timeout)
-        nil -> connect_raw(endpoint, address, port, timeout)
+        {module, data} -> connect_client({endpoint, native}, address, port, module, data, timeout)
+        nil -> connect_raw({endpoint, native}, address, port, timeout)
       end
     end
   end
 
-  defp connect_raw(endpoint, address, port, timeout) do
-    with {:ok, conn} <- RakNet.Native.endpoint_connect(endpoint, address, port, self()) do
+  defp native_connect_opts(opts) do
+    case Keyword.get(opts, :congestion_control) do
+      nil ->
+        %{}
+
+      cc when cc in [:reno, :bbr] ->
+        %{congestion_control: cc}
+
+      other ->
+        raise ArgumentError, ":congestion_control must be :reno or :bbr, got: #{inspect(other)}"
+    end
+  end
+
+  defp connect_raw({endpoint, native}, address, port, timeout) do
+    with {:ok, conn} <-
+           RakNet.Native.endpoint_connect(endpoint, address, port, self(), native) do
       receive do
         {:raknet_connected, ^conn, _info} -> {:ok, conn}
         {:raknet_connect_failed, ^conn, reason} -> {:error, reason}

@@ -241,8 +241,9 @@ defmodule RakNet.Connection do
   end
 
   @doc """
-  Addresses, GUID, MTU, protocol version, round-trip time, network rates and counters of the
-  connection; `{:error, :closed}` once it has ended.
+  Addresses, GUID, MTU, protocol version, round-trip time, congestion controller
+  (`:congestion_control`, `:reno` or `:bbr`), network rates and counters of the connection;
+  `{:error, :closed}` once it has ended.
 
       {:ok, %{address: {{127, 0, 0, 1}, 51234}, rtt_ms: 0.2, rates: rates, stats: stats}} =
         RakNet.Connection.info(connection)
@@ -303,10 +304,10 @@ defmodule RakNet.Connection do
     end
   end
 
-  def init({:connect, endpoint, host, port, spec, client_data}) do
+  def init({:connect, {endpoint, native_opts}, host, port, spec, client_data}) do
     Process.flag(:trap_exit, true)
 
-    case Native.endpoint_connect(endpoint, host, port, self()) do
+    case Native.endpoint_connect(endpoint, host, port, self(), native_opts) do
       {:ok, conn} ->
         Process.put(:raknet_conn, conn)
         RakNet.Connection.Registry.register(conn, :client, %{})

@@ -81,9 +81,14 @@ defmodule RakNet.Native do
   def endpoint_banned(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec endpoint_connect(reference(), binary(), :inet.port_number(), pid()) ::
+  @spec endpoint_connect(reference(), binary(), :inet.port_number(), pid(), map()) ::
           {:ok, reference()} | {:error, term()}
-  def endpoint_connect(_endpoint, _host, _port, _owner), do: :erlang.nif_error(:nif_not_loaded)
+  def endpoint_connect(_endpoint, _host, _port, _owner, _opts),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  def endpoint_connect(endpoint, host, port, owner),
+    do: endpoint_connect(endpoint, host, port, owner, %{})
 
   @doc false
   @spec endpoint_ping(reference(), binary(), :inet.port_number(), pid()) :: :ok | {:error, atom()}

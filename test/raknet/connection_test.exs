@@ -126,6 +126,34 @@ defmodule RakNet.ConnectionTest do
   end
 
   describe "client role" do
+    test "each outgoing connection may choose its congestion controller" do
+      {_server, port} = start_server()
+
+      assert {:ok, conn} = RakNet.connect("127.0.0.1", port, congestion_control: :bbr)
+      assert_receive {:client_new, server_side}, 5_000
+      assert {:ok, %{congestion_control: :bbr}} = Connection.info(conn)
+      # The server's side of it keeps the server's choice.
+      assert {:ok, %{congestion_control: :reno}} = Connection.info(server_side)
+
+      assert {:ok, client} =
+               RakNet.connect("127.0.0.1", port,
+                 client: {GreeterClient, self()},
+                 congestion_control: :bbr
+               )
+
+      assert_receive {:greeter_new, ^client, {:ok, nil}}, 5_000
+      assert {:ok, %{congestion_control: :bbr}} = Connection.info(client)
+
+      assert {:ok, plain} = RakNet.connect("127.0.0.1", port)
+      assert {:ok, %{congestion_control: :reno}} = Connection.info(plain)
+
+      assert_raise ArgumentError, ~r/:congestion_control must be :reno or :bbr/, fn ->
+        RakNet.connect("127.0.0.1", port, congestion_control: :cubic)
+      end
+
+      for c <- [conn, client, plain], do: Connection.close(c)
+    end
+
     test "callbacks may send from new/3 and receive the answers" do
       {_server, port} = start_server()
 

@@ -45,6 +45,8 @@ rustler::atoms! {
     reliable_ordered_ack_receipt,
     // congestion control
     reno,
+    congestion_control,
+    options,
     bbr,
     // priorities
     immediate,

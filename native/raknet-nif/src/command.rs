@@ -45,6 +45,7 @@ pub(crate) enum Command {
         conn: ResourceArc<ConnResource>,
         addr: SocketAddr,
         owner: LocalPid,
+        opts: raknet_proto::ConnectOptions,
     },
     SetPong(Bytes),
     /// Stop or resume accepting new connections.

@@ -36,6 +36,34 @@ fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<
     map.map_get(k).and_then(|v| v.decode()).map_err(|_| key)
 }
 
+/// The optional `congestion_control` key: `:reno` or `:bbr`.
+fn congestion_option(map: Term<'_>) -> Result<Option<CongestionControl>, &'static str> {
+    match opt::<Atom>(map, "congestion_control")? {
+        None => Ok(None),
+        Some(a) if a == atoms::reno() => Ok(Some(CongestionControl::Reno)),
+        Some(a) if a == atoms::bbr() => Ok(Some(CongestionControl::Bbr)),
+        Some(_) => Err("congestion_control"),
+    }
+}
+
+/// `endpoint_connect` options: a map, every key optional; an error names the bad key.
+pub(crate) fn connect_options(map: Term<'_>) -> Result<raknet_proto::ConnectOptions, &'static str> {
+    if !map.is_map() {
+        return Err("options");
+    }
+    Ok(raknet_proto::ConnectOptions {
+        congestion: congestion_option(map)?,
+    })
+}
+
+/// The atom naming a congestion controller.
+pub(crate) fn congestion(c: CongestionControl) -> Atom {
+    match c {
+        CongestionControl::Reno => atoms::reno(),
+        CongestionControl::Bbr => atoms::bbr(),
+    }
+}
+
 /// `shared_thread`: absent or `false` for a thread of the endpoint's own, `true` or an index
 /// for one of the node's shared client threads.
 fn shared_thread(map: Term<'_>) -> Result<Option<usize>, &'static str> {
@@ -106,12 +134,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         _ => None,
     };
     let strip_timestamps = get::<bool>(map, "strip_timestamps").unwrap_or(true);
-    let congestion = match opt::<Atom>(map, "congestion_control")? {
-        None => CongestionControl::default(),
-        Some(a) if a == atoms::reno() => CongestionControl::Reno,
-        Some(a) if a == atoms::bbr() => CongestionControl::Bbr,
-        Some(_) => return Err("congestion_control"),
-    };
+    let congestion = congestion_option(map)?.unwrap_or_default();
     let config = EndpointConfig {
         rng_seed: seed(),
         guid,

@@ -358,7 +358,12 @@ impl Driver {
                     }
                 }
             }
-            Command::Connect { conn, addr, owner } => match self.endpoint.connect(now, addr) {
+            Command::Connect {
+                conn,
+                addr,
+                owner,
+                opts,
+            } => match self.endpoint.connect_with(now, addr, opts) {
                 Ok(id) => {
                     self.keys.insert(conn.key, id);
                     self.conns
@@ -514,6 +519,7 @@ impl Driver {
                 atoms::rtt_ms(),
                 atoms::stats(),
                 atoms::rates(),
+                atoms::congestion_control(),
             ]
             .map(|a| a.encode(env));
             let values = [
@@ -525,6 +531,7 @@ impl Driver {
                 (stats.srtt.as_micros() as f64 / 1000.0).encode(env),
                 convert::connection_stats(env, &stats, slot.dropped),
                 convert::conn_rates(env, &slot.rates.rates, &stats),
+                convert::congestion(info.congestion).encode(env),
             ];
             Term::map_from_arrays(env, &keys, &values)
                 .unwrap_or_else(|_| atoms::error().encode(env))

@@ -528,6 +528,7 @@ fn endpoint_ping<'a>(
     }
 }
 
+/// Connect out with `opts` (`%{congestion_control: :reno | :bbr}`, keys optional).
 #[rustler::nif]
 fn endpoint_connect<'a>(
     env: Env<'a>,
@@ -535,7 +536,15 @@ fn endpoint_connect<'a>(
     host: String,
     port: u16,
     owner: LocalPid,
+    opts: Term<'a>,
 ) -> Term<'a> {
+    let opts = match convert::connect_options(opts) {
+        Ok(opts) => opts,
+        Err(key) => {
+            let key = Atom::from_str(env, key).map_or(atoms::einval(), |a| a);
+            return error(env, (atoms::invalid_option(), key));
+        }
+    };
     let addr = match target(&endpoint, &host, port) {
         Ok(addr) => addr,
         Err(reason) => return error(env, reason),
@@ -548,6 +557,7 @@ fn endpoint_connect<'a>(
             conn: conn.clone(),
             addr,
             owner,
+            opts,
         })
         .is_err()
     {

@@ -484,6 +484,10 @@ impl Connection {
         self.mtu
     }
 
+    pub(crate) fn congestion(&self) -> crate::config::CongestionControl {
+        self.config.congestion
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.state == State::Closed
     }

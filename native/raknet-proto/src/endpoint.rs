@@ -13,7 +13,7 @@ use bytes::Bytes;
 use crate::addr;
 use crate::admission::{Bans, IpRates, TokenBucket};
 use crate::codec::Encode;
-use crate::config::EndpointConfig;
+use crate::config::{CongestionControl, EndpointConfig};
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::handshake::{ServerHandshake, Step};
@@ -132,6 +132,8 @@ pub struct ConnectionInfo {
     pub mtu: u16,
     /// Whether the handshake has completed.
     pub connected: bool,
+    /// The congestion controller of this side's sending.
+    pub congestion: CongestionControl,
 }
 
 /// Endpoint-wide counters.
@@ -274,6 +276,14 @@ struct Slot {
     ready: bool,
 }
 
+/// Settings of one outgoing connection ([`Endpoint::connect_with`]); `None` keeps the
+/// endpoint's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// The congestion controller of this connection's sending side.
+    pub congestion: Option<CongestionControl>,
+}
+
 /// A RakNet endpoint: both roles, any number of connections, no I/O.
 ///
 /// Drive it like this, with `now` from your clock:
@@ -409,6 +419,7 @@ impl Endpoint {
             protocol: c.protocol(),
             mtu: c.mtu(),
             connected: c.is_connected(),
+            congestion: c.congestion(),
         })
     }
 
@@ -519,6 +530,16 @@ impl Endpoint {
     /// Start connecting to a server; the outcome arrives as [`Event::Connected`] or
     /// [`Event::Disconnected`] with [`DisconnectReason::ConnectFailed`].
     pub fn connect(&mut self, now: Instant, to: SocketAddr) -> Result<ConnId, ConnectError> {
+        self.connect_with(now, to, ConnectOptions::default())
+    }
+
+    /// [`Endpoint::connect`] with settings of this connection's own.
+    pub fn connect_with(
+        &mut self,
+        now: Instant,
+        to: SocketAddr,
+        opts: ConnectOptions,
+    ) -> Result<ConnId, ConnectError> {
         let to = addr::unmap(to);
         if self.by_addr.contains_key(&to) {
             return Err(ConnectError::AddressInUse);
@@ -526,14 +547,12 @@ impl Endpoint {
         if !self.group.reserve(self.config.limits.max_connections) {
             return Err(ConnectError::TooManyConnections);
         }
-        let conn = Connection::client(
-            self.config.clone(),
-            to,
-            self.local_addr,
-            self.guid,
-            self.epoch,
-            now,
-        );
+        let mut config = self.config.clone();
+        if let Some(congestion) = opts.congestion.filter(|&c| c != config.congestion) {
+            // Copy-on-write: only a connection that differs gets a config of its own.
+            std::sync::Arc::make_mut(&mut config).congestion = congestion;
+        }
+        let conn = Connection::client(config, to, self.local_addr, self.guid, self.epoch, now);
         let id = self.insert(conn);
         self.touch(id);
         Ok(id)

@@ -70,8 +70,8 @@ pub use datagram::{
     IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
 pub use endpoint::{
-    ConnId, ConnectionInfo, Endpoint, EndpointGroup, EndpointStats, Event, Transmit,
-    MAX_OFFLINE_PING_RESPONSE,
+    ConnId, ConnectOptions, ConnectionInfo, Endpoint, EndpointGroup, EndpointStats, Event,
+    Transmit, MAX_OFFLINE_PING_RESPONSE,
 };
 pub use error::{ConnectError, DecodeError, DisconnectReason, Limit, SendError};
 pub use frame::{

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_netsim::{Link, LinkConfig};
-use raknet_proto::{ConnId, Endpoint, EndpointConfig, Event};
+use raknet_proto::{ConnId, ConnectOptions, Endpoint, EndpointConfig, Event};
 
 pub const SERVER: &str = "127.0.0.1:19132";
 pub const CLIENT: &str = "127.0.0.1:40000";
@@ -151,9 +151,14 @@ impl Pair {
 
     /// Connect the client; returns (client's id, server's id).
     pub fn connect(&mut self) -> (ConnId, ConnId) {
+        self.connect_with(ConnectOptions::default())
+    }
+
+    /// [`Pair::connect`] with settings of the connection's own.
+    pub fn connect_with(&mut self, opts: ConnectOptions) -> (ConnId, ConnId) {
         let id = self
             .client
-            .connect(self.now, self.server_addr)
+            .connect_with(self.now, self.server_addr, opts)
             .expect("connect starts");
         let ok = self.drive_until(Duration::from_secs(30), |p| {
             p.client_events
