@@ -162,8 +162,9 @@ defmodule Bench do
         max_half_open: 20_000,
         max_half_open_per_ip: 20_000,
         client_data: client_data,
-        # BENCH_BATCH=1: {:raknet_batch, ...} delivery to the connection processes.
-        batch_delivery: System.get_env("BENCH_BATCH") == "1",
+        # BENCH_BATCH=0: one {:raknet, ...} per message to the connection processes instead
+        # of the default {:raknet_batch, ...}.
+        batch_delivery: System.get_env("BENCH_BATCH", "1") == "1",
         # BENCH_ENDPOINT_THREADS=1 measures the single-threaded server; unset, the default.
         endpoint_threads:
           case System.get_env("BENCH_ENDPOINT_THREADS") do

@@ -126,9 +126,11 @@ defmodule RakNet do
     end
   end
 
-  defp connect_client(endpoint, address, port, module, data, timeout) do
+  defp connect_client({endpoint, native}, address, port, module, data, timeout) do
     handler = RakNet.Handler.spec!(module)
-    spec = {RakNet.Connection, {:connect, endpoint, address, port, handler, data}}
+    # The connection process takes a datagram's messages in one Erlang message.
+    native = Map.put(native, :batch_delivery, true)
+    spec = {RakNet.Connection, {:connect, {endpoint, native}, address, port, handler, data}}
 
     with {:ok, pid} <- DynamicSupervisor.start_child(RakNet.ClientSupervisor, spec) do
       try do

@@ -5,7 +5,7 @@ defmodule RakNet.BatchedIoTest do
   use ExUnit.Case, async: false
 
   alias RakNet.Connection
-  alias RakNet.Test.EchoClient
+  alias RakNet.Test.{EchoClient, GreeterClient}
 
   defmodule Continuer do
     # Each message asks for a continue: under batch delivery it must still run before the
@@ -90,7 +90,12 @@ defmodule RakNet.BatchedIoTest do
 
   test "the portable path (one datagram per call, as on systems without recvmmsg) delivers bursts too" do
     opts =
-      RakNet.Server.Config.new(EchoClient, 0, ip: "127.0.0.1", open_ipv6_socket: false)
+      RakNet.Server.Config.new(EchoClient, 0,
+        ip: "127.0.0.1",
+        open_ipv6_socket: false,
+        # This test owns the connection and reads {:raknet, ...} messages itself.
+        batch_delivery: false
+      )
       |> RakNet.Server.Config.to_native(:inet)
       |> Map.put(:batched_io, false)
 
@@ -123,21 +128,17 @@ defmodule RakNet.BatchedIoTest do
     RakNet.Native.endpoint_stop(endpoint)
   end
 
-  for batch <- [true, false] do
-    test "batch_delivery: #{batch} delivers every message in order, #{if batch, do: "in {:raknet_batch, ...}", else: "one {:raknet, ...} each"}" do
-      batch = unquote(batch)
+  for option <- [true, false, :default] do
+    test "batch_delivery: #{option} delivers every message in order, #{if option == false, do: "one {:raknet, ...} each", else: "in {:raknet_batch, ...}"}" do
+      option = unquote(option)
+      batch = option != false
+      opts = if option == :default, do: [], else: [batch_delivery: option]
 
       server =
         start_supervised!(
           {RakNet.Server,
-           [
-             EchoClient,
-             0,
-             ip: {127, 0, 0, 1},
-             open_ipv6_socket: false,
-             client_data: self(),
-             batch_delivery: batch
-           ]}
+           [EchoClient, 0, ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()] ++
+             opts}
         )
 
       %{ipv4_port: port} = RakNet.Server.info(server)
@@ -172,6 +173,30 @@ defmodule RakNet.BatchedIoTest do
         assert length(singles) == 2_000
       end
     end
+  end
+
+  test "a client's connection process (RakNet.connect with :client) takes batch delivery" do
+    {_server, port} = RakNet.Test.Server.start!(EchoClient, batch_delivery: false)
+    assert {:ok, client} = RakNet.connect("127.0.0.1", port, client: {GreeterClient, self()})
+    assert_receive {:greeter_new, ^client, {:ok, nil}}, 5_000
+    assert_receive {:greeter_received, ^client, 0x86, "hello"}, 5_000
+    :erlang.trace(client, true, [:receive])
+
+    for i <- 1..2_000,
+        do: {:ok, nil} = Connection.send(client, :reliable_ordered, <<0x86, i::32>>)
+
+    # The echoes reach the client module in order, each once.
+    for i <- 1..2_000, do: assert_receive({:greeter_received, ^client, 0x86, <<^i::32>>}, 10_000)
+
+    :erlang.trace(client, false, [:receive])
+    ref = :erlang.trace_delivered(client)
+    assert_receive {:trace_delivered, ^client, ^ref}, 5_000
+    received = traced(client, [])
+    batches = for {:raknet_batch, _, messages} <- received, do: length(messages)
+    assert [] == for({:raknet, _, _, _, _} = m <- received, do: m)
+    assert Enum.sum(batches) == 2_000
+    assert Enum.max(batches) > 1, "batches of #{inspect(Enum.frequencies(batches))}"
+    Connection.close(client)
   end
 
   test "under batch delivery a handler's {:continue, _} runs before the batch's next message" do

@@ -116,12 +116,13 @@ defmodule RakNet.Server.Config do
       the server refuses to start (`:eaddrinuse`) when anything already holds the port. Not
       on Windows (one thread there). Default `nil`: the number of online schedulers
       (`System.schedulers_online/0`); at most 1024.
-    * `:batch_delivery` - `true`: the runtime hands each connection process the messages
-      that arrived together (a datagram's worth, up to 256) in one Erlang message,
+    * `:batch_delivery` - `true` (default): the runtime hands each connection process the
+      messages that arrived together (a datagram's worth, up to 256) in one Erlang message,
       `{:raknet_batch, conn, [{type, payload, transit_time}, ...]}`, instead of one
       `{:raknet, conn, type, payload, transit_time}` each; the connection process calls the
       handler once per message either way, so handlers see no difference. Fewer wake-ups
-      when peers send many small messages. Default `false`.
+      when peers send many small messages. `false` sends one Erlang message per RakNet
+      message (what 0.1 did).
   """
   @type option ::
           {:host, :inet.ip_address() | String.t() | nil}
@@ -193,7 +194,7 @@ defmodule RakNet.Server.Config do
             telemetry_interval_ms: 1_000,
             congestion_control: :reno,
             endpoint_threads: nil,
-            batch_delivery: false,
+            batch_delivery: true,
             ignored_options: []
 
   @typedoc "A validated configuration."

@@ -47,12 +47,22 @@ fn congestion_option(map: Term<'_>) -> Result<Option<CongestionControl>, &'stati
 }
 
 /// `endpoint_connect` options: a map, every key optional; an error names the bad key.
-pub(crate) fn connect_options(map: Term<'_>) -> Result<raknet_proto::ConnectOptions, &'static str> {
+pub(crate) struct ConnectOptions {
+    /// What the engine takes.
+    pub(crate) engine: raknet_proto::ConnectOptions,
+    /// `{:raknet_batch, ...}` delivery for this connection.
+    pub(crate) batch_delivery: bool,
+}
+
+pub(crate) fn connect_options(map: Term<'_>) -> Result<ConnectOptions, &'static str> {
     if !map.is_map() {
         return Err("options");
     }
-    Ok(raknet_proto::ConnectOptions {
-        congestion: congestion_option(map)?,
+    Ok(ConnectOptions {
+        engine: raknet_proto::ConnectOptions {
+            congestion: congestion_option(map)?,
+        },
+        batch_delivery: opt::<bool>(map, "batch_delivery")?.unwrap_or(false),
     })
 }
 

@@ -707,7 +707,8 @@ impl Driver {
                 match slot.owner {
                     Some(pid) => {
                         let (messages, bytes) = count_delivery(&slot.res, payload.len());
-                        if self.me.batch_delivery {
+                        if self.me.batch_delivery || slot.res.batch_delivery.load(Ordering::Relaxed)
+                        {
                             if slot.batch.is_empty() {
                                 self.batched.push(conn);
                             }

@@ -528,7 +528,8 @@ fn endpoint_ping<'a>(
     }
 }
 
-/// Connect out with `opts` (`%{congestion_control: :reno | :bbr}`, keys optional).
+/// Connect out with `opts` (`%{congestion_control: :reno | :bbr, batch_delivery: boolean}`,
+/// keys optional).
 #[rustler::nif]
 fn endpoint_connect<'a>(
     env: Env<'a>,
@@ -550,6 +551,8 @@ fn endpoint_connect<'a>(
         Err(reason) => return error(env, reason),
     };
     let conn = ResourceArc::new(endpoint.new_conn());
+    conn.batch_delivery
+        .store(opts.batch_delivery, Ordering::Relaxed);
     *conn.monitor.lock().unwrap_or_else(|p| p.into_inner()) = env.monitor(&conn, &owner);
     if endpoint
         .tx
@@ -557,7 +560,7 @@ fn endpoint_connect<'a>(
             conn: conn.clone(),
             addr,
             owner,
-            opts,
+            opts: opts.engine,
         })
         .is_err()
     {

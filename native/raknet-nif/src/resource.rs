@@ -106,6 +106,9 @@ pub(crate) struct ConnResource {
     /// Whether the owner takes part in flow control (it called `conn_set_owner` or
     /// `conn_delivered`); only then is the delivery budget enforced.
     pub(crate) flow_controlled: AtomicBool,
+    /// Deliver this connection's messages as `{:raknet_batch, ...}` whatever the endpoint
+    /// says (set at `endpoint_connect` for an owner that understands the batch form).
+    pub(crate) batch_delivery: AtomicBool,
     pub(crate) max_send_bytes: usize,
     pub(crate) max_message_bytes: usize,
     pub(crate) monitor: Mutex<Option<Monitor>>,
@@ -130,6 +133,7 @@ impl ConnResource {
             paused: AtomicBool::new(false),
             budget,
             flow_controlled: AtomicBool::new(false),
+            batch_delivery: AtomicBool::new(false),
             max_send_bytes,
             max_message_bytes,
             monitor: Mutex::new(None),
