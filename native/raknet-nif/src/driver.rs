@@ -125,6 +125,10 @@ pub(crate) struct Driver {
     /// When the counters were last sampled for rates, and the endpoint's totals then.
     last_sample: Instant,
     rates: EndpointRates<SocketAddr>,
+    /// Commands applied, and the loop turns that applied any: how well commands sent from
+    /// the BEAM while this thread was busy or waking up coalesce into one turn.
+    commands: u64,
+    command_turns: u64,
 }
 
 impl Driver {
@@ -157,6 +161,8 @@ impl Driver {
             next_stall_check: None,
             last_sample: Instant::now(),
             rates: EndpointRates::default(),
+            commands: 0,
+            command_turns: 0,
         }
     }
 
@@ -181,8 +187,11 @@ impl Driver {
                 biased;
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => {
+                        self.command_turns += 1;
+                        self.commands += 1;
                         self.command(cmd);
                         while let Ok(cmd) = self.rx.try_recv() {
+                            self.commands += 1;
                             self.command(cmd);
                         }
                     }
@@ -474,6 +483,8 @@ impl Driver {
                     ("udp_recv_calls", udp.recv_calls),
                     ("udp_datagrams_out", udp.datagrams_out),
                     ("udp_send_calls", udp.send_calls),
+                    ("commands", self.commands),
+                    ("command_turns", self.command_turns),
                 ],
             );
             let keys = [
