@@ -199,6 +199,30 @@ defmodule RakNet.BatchedIoTest do
     Connection.close(client)
   end
 
+  test "sends queued while the endpoint thread is busy are applied together (commands, command_turns)" do
+    {_server, port} = RakNet.Test.Server.start!(EchoClient)
+    assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    {:ok, %{local_address: {_, local_port}}} = Connection.info(conn)
+
+    endpoint =
+      Enum.find(RakNet.ClientEndpoint.endpoints()[:inet], fn endpoint ->
+        RakNet.Native.endpoint_info(endpoint).port == local_port
+      end)
+
+    %{stats: before} = RakNet.Native.endpoint_info(endpoint)
+    for i <- 1..2_000, do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+    for i <- 1..2_000, do: assert_receive({:raknet, ^conn, 0x86, <<^i::32>>, _}, 10_000)
+    %{stats: later} = RakNet.Native.endpoint_info(endpoint)
+
+    commands = later.commands - before.commands
+    turns = later.command_turns - before.command_turns
+    # Every send is a command (plus the info requests); fewer turns than commands: the
+    # thread took several per wake-up.
+    assert commands >= 2_000
+    assert turns < commands, "#{commands} commands in #{turns} turns"
+    Connection.close(conn)
+  end
+
   test "under batch delivery a handler's {:continue, _} runs before the batch's next message" do
     server =
       start_supervised!(
