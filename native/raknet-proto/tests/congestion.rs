@@ -328,7 +328,7 @@ fn bottleneck(queue: usize) -> LinkConfig {
 /// BBR's bandwidth estimate is a maximum that keeps each flow's probing peaks, so on its own it
 /// leaves the flows at 0.72 and 1.24 MB/s of the 2 MB/s (Reno: 0.87 and 1.10). The delay
 /// rule bounds each flow's rate so that it keeps about one datagram of its own in the queue
-/// (FAST TCP's equilibrium), which evens the rates out: about 0.88 and 0.89 MB/s here.
+/// (FAST TCP's equilibrium), which evens the rates out: about 0.87 and 0.93 MB/s here.
 #[test]
 fn two_flows_share_a_bottleneck_fairly() {
     let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
@@ -354,7 +354,7 @@ fn two_flows_share_a_bottleneck_fairly() {
 /// than the link, and the two flows sit at their window (2 BDP plus the ACK aggregation
 /// allowance): mean 49 ms, maximum 58 ms. With the delay rule each flow cuts its rate by
 /// `min_rtt / rtt` after a round that kept a queue, and the queue stays at a few datagrams:
-/// mean about 3 ms, maximum about 14 ms.
+/// mean about 3 ms, maximum about 13 ms.
 #[test]
 fn queueing_delay_stays_under_the_base_rtt() {
     let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
