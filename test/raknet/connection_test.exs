@@ -95,6 +95,17 @@ defmodule RakNet.ConnectionTest do
   end
 
   describe "the connection process" do
+    test "keeps its mailbox off its heap, server and client side" do
+      {_server, port} = start_server()
+      {conn, server_side} = connect(port)
+      assert Process.info(server_side, :message_queue_data) == {:message_queue_data, :off_heap}
+
+      assert {:ok, client} = RakNet.connect("127.0.0.1", port, client: {GreeterClient, self()})
+      assert_receive {:greeter_new, ^client, {:ok, nil}}, 5_000
+      assert Process.info(client, :message_queue_data) == {:message_queue_data, :off_heap}
+      for c <- [conn, client], do: Connection.close(c)
+    end
+
     @tag :capture_log
     test "ignores linked processes that exit normally and dies with ones that crash" do
       {_server, port} = start_server()
