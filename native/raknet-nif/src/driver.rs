@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use raknet_proto::hash::OwnKeyMap;
 use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role};
 use rustler::{Encoder, LocalPid, OwnedEnv, ResourceArc, Term};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -51,7 +52,7 @@ struct Slot {
     /// Messages (and a final disconnect) waiting for an owner.
     held: VecDeque<Held>,
     /// Engine receipt id → the id `conn_send` returned.
-    receipts: HashMap<ReceiptId, u32>,
+    receipts: OwnKeyMap<ReceiptId, u32>,
     /// The application was already told the connection ended.
     reported: bool,
     dropped: u64,
@@ -104,10 +105,12 @@ pub(crate) struct Driver {
     pub(crate) me: ResourceArc<EndpointResource>,
     pub(crate) owner: LocalPid,
     pub(crate) env: OwnedEnv,
-    conns: HashMap<ConnId, Slot>,
+    /// Keyed by what this program assigned (the engine's ids, the handles' keys): hashed
+    /// cheaply. Peer addresses keep SipHash.
+    conns: OwnKeyMap<ConnId, Slot>,
     /// Who asked for a pong from an address (`endpoint_ping`); bounded.
     pingers: HashMap<SocketAddr, (LocalPid, Instant)>,
-    keys: HashMap<u64, ConnId>,
+    keys: OwnKeyMap<u64, ConnId>,
     local_addrs: LocalAddrs,
     stop_deadline: Option<Instant>,
     buf: Vec<u8>,
@@ -146,9 +149,9 @@ impl Driver {
             me,
             owner,
             env: OwnedEnv::new(),
-            conns: HashMap::new(),
+            conns: OwnKeyMap::default(),
             pingers: HashMap::new(),
-            keys: HashMap::new(),
+            keys: OwnKeyMap::default(),
             local_addrs: LocalAddrs::default(),
             stop_deadline: None,
             buf: Vec::with_capacity(2048),
@@ -980,7 +983,7 @@ impl Slot {
             role,
             connected: false,
             held: VecDeque::new(),
-            receipts: HashMap::new(),
+            receipts: OwnKeyMap::default(),
             reported: false,
             dropped: 0,
             stall: None,

@@ -48,6 +48,7 @@ mod endpoint;
 mod error;
 mod frame;
 mod handshake;
+pub mod hash;
 pub mod message;
 pub mod rates;
 mod recv;

@@ -10,12 +10,18 @@ const RTO_MARGIN: Duration = Duration::from_millis(30);
 const GAIN: f64 = 0.05;
 
 /// Smoothed RTT and its deviation, fed by datagram send → ACK times.
+///
+/// The estimates are kept in seconds (`f64`) for the smoothing, and as `Duration`s, computed
+/// once per sample: timers read them far more often than samples arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RttEstimator {
     srtt: Option<f64>,
     rttvar: f64,
     latest: Duration,
     min: Option<Duration>,
+    srtt_duration: Duration,
+    rttvar_duration: Duration,
+    rto: Duration,
 }
 
 impl Default for RttEstimator {
@@ -32,6 +38,9 @@ impl RttEstimator {
             rttvar: 0.0,
             latest: Duration::ZERO,
             min: None,
+            srtt_duration: Duration::ZERO,
+            rttvar_duration: Duration::ZERO,
+            rto: MAX_RTO,
         }
     }
 
@@ -51,6 +60,10 @@ impl RttEstimator {
                 self.rttvar += GAIN * (delta.abs() - self.rttvar);
             }
         }
+        let duration = |secs: f64| Duration::try_from_secs_f64(secs).unwrap_or(MAX_RTO);
+        self.srtt_duration = duration(self.srtt.unwrap_or(0.0));
+        self.rttvar_duration = duration(self.rttvar);
+        self.rto = (2 * self.srtt_duration + 4 * self.rttvar_duration + RTO_MARGIN).min(MAX_RTO);
     }
 
     /// Whether any sample has been taken.
@@ -60,12 +73,12 @@ impl RttEstimator {
 
     /// Smoothed RTT; zero before the first sample.
     pub fn srtt(&self) -> Duration {
-        Duration::from_secs_f64(self.srtt.unwrap_or(0.0))
+        self.srtt_duration
     }
 
     /// RTT variation.
     pub fn rttvar(&self) -> Duration {
-        Duration::from_secs_f64(self.rttvar)
+        self.rttvar_duration
     }
 
     /// The most recent sample.
@@ -82,10 +95,7 @@ impl RttEstimator {
     /// Like official RakNet there is no exponential backoff: a dead peer is detected by
     /// the connection timeout instead.
     pub fn rto(&self) -> Duration {
-        match self.srtt {
-            None => MAX_RTO,
-            Some(_) => (2 * self.srtt() + 4 * self.rttvar() + RTO_MARGIN).min(MAX_RTO),
-        }
+        self.rto
     }
 }
 

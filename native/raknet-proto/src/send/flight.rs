@@ -5,8 +5,8 @@
 //! when the datagram carrying it is NAKed or unacknowledged for the RTO. A late ACK of an
 //! older datagram that carried it still frees it.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use crate::hash::OwnKeyMap;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::congestion::{CongestionEvent, Controller, DeliverySample};
@@ -76,44 +76,16 @@ pub(crate) struct FlightCounters {
     pub(crate) resends: u64,
 }
 
-/// Hashes the indices this sender assigned itself (reliable message numbers, receipt ids):
-/// one multiplication. No peer chooses these keys, so SipHash's resistance to crafted
-/// collisions buys nothing here, and it showed in profiles of the send path.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct OwnIndexHasher(u64);
-
-/// 2^64 / φ: multiplying spreads sequential keys over both the low bits (the bucket) and the
-/// high bits (hashbrown's tag) of the hash.
-const FIBONACCI: u64 = 0x9e37_79b9_7f4a_7c15;
-
-impl Hasher for OwnIndexHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(FIBONACCI);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(FIBONACCI);
-    }
-}
-
-type OwnIndexMap<K, V> = HashMap<K, V, BuildHasherDefault<OwnIndexHasher>>;
-
 #[derive(Debug, Default)]
 pub(crate) struct Flight {
     records: VecDeque<Record>,
     /// Every record before this index is resolved: timers start here instead of walking the
     /// lost records kept for late ACKs (which made each timer check O(KEEP_LOST)).
     unresolved_from: usize,
-    frames: OwnIndexMap<u32, InFlight>,
+    frames: OwnKeyMap<u32, InFlight>,
     resend: VecDeque<MessageIndex>,
     /// Outstanding receipts and how many fragments each still waits for.
-    receipts: OwnIndexMap<ReceiptId, u32>,
+    receipts: OwnKeyMap<ReceiptId, u32>,
     pub(crate) bytes_in_flight: usize,
     /// Payload bytes of reliable frames not yet acknowledged.
     pub(crate) unacked_payload: usize,
@@ -526,22 +498,6 @@ mod tests {
     use crate::congestion::SlidingWindow;
     use crate::reliability::Reliability;
     use bytes::Bytes;
-    use std::hash::BuildHasher;
-
-    #[test]
-    fn own_index_hasher_spreads_sequential_indices_over_buckets_and_tags() {
-        let build = BuildHasherDefault::<OwnIndexHasher>::default();
-        // A window of 1024 consecutive message numbers, anywhere in the 24-bit space.
-        for start in [0u32, 1 << 20, (1 << 24) - 512] {
-            let hashes: Vec<u64> = (start..start + 1024).map(|i| build.hash_one(i)).collect();
-            // The low bits pick the bucket of a 1024-bucket table: nearly all distinct.
-            let buckets: std::collections::HashSet<u64> = hashes.iter().map(|h| h & 1023).collect();
-            assert!(buckets.len() > 1000, "{} buckets used", buckets.len());
-            // The top 7 bits are hashbrown's tag: all 128 values occur.
-            let tags: std::collections::HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
-            assert_eq!(tags.len(), 128);
-        }
-    }
 
     fn sent(
         seq: u32,
