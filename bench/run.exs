@@ -536,6 +536,7 @@ defmodule Bench do
         :unanswered,
         :server_cpu_share_of_one_core,
         :endpoint_thread_us_per_echo,
+        :endpoint_threads_cpu,
         :load_tester_cpu_share_of_one_core,
         :bytes_per_connection_beam,
         :bytes_per_connection_rust
@@ -573,18 +574,23 @@ defmodule Bench do
     steady = samples |> Enum.filter(&(&1.connections >= peak * 0.98)) |> Enum.sort_by(& &1.t)
     connections = num(out, ~r/connections\s+(\d+) ok/)
 
-    {cpu, load_cpu, endpoint_cpu} =
+    {cpu, load_cpu, thread_shares} =
       case steady do
         [first, _ | _] ->
           last = List.last(steady)
           ms = max(last.t - first.t, 1)
 
-          {(last.cpu - first.cpu) * 10 / ms, (last.load_cpu - first.load_cpu) * 10 / ms,
-           (last.endpoint_cpu - first.endpoint_cpu) * 10 / ms}
+          threads =
+            for {name, ticks} <- Enum.sort(last.endpoint_threads),
+                do: (ticks - Map.get(first.endpoint_threads, name, 0)) * 10 / ms
+
+          {(last.cpu - first.cpu) * 10 / ms, (last.load_cpu - first.load_cpu) * 10 / ms, threads}
 
         _ ->
           {nil, nil, nil}
       end
+
+    endpoint_cpu = thread_shares && Enum.sum(thread_shares)
 
     in_per_s = num(out, ~r/received\s+\d+ messages \((\d+)\/s/)
 
@@ -610,6 +616,8 @@ defmodule Bench do
         if(endpoint_cpu && is_number(in_per_s) && in_per_s > 0,
           do: Float.round(endpoint_cpu * 1_000_000 / in_per_s, 1)
         ),
+      # How the load spread over the endpoint threads (each one's share of a core).
+      endpoint_threads_cpu: thread_shares && Enum.map(thread_shares, &Float.round(&1, 2)),
       load_tester_cpu_share_of_one_core: load_cpu && Float.round(load_cpu, 2),
       bytes_per_connection_beam: per_conn.(:beam, beam0),
       bytes_per_connection_rust: per_conn.(:rust, rust0)
@@ -646,7 +654,7 @@ defmodule Bench do
         sample = %{
           t: System.monotonic_time(:millisecond),
           connections: RakNet.Server.info(server.sup).connections,
-          endpoint_cpu: Bench.Proc.thread_ticks(System.pid(), "raknet-#{server.port}"),
+          endpoint_threads: Bench.Proc.threads_ticks(System.pid(), "raknet-#{server.port}"),
           cpu: Bench.Proc.cpu_ticks(System.pid()),
           load_cpu: Bench.Proc.cpu_ticks(load_pid),
           beam: :erlang.memory(:total),
@@ -849,6 +857,12 @@ syscalls = fn
   _ -> "-"
 end
 
+# Each endpoint thread's share of a core, e.g. "0.48 / 0.51".
+threads = fn
+  [_ | _] = shares -> Enum.map_join(shares, " / ", f)
+  _ -> "-"
+end
+
 rows =
   [
     ["scenario", "measured (median of #{n})", "goal", "compared in the same run"],
@@ -913,7 +927,7 @@ rows =
         "5. #{f.(s.target_connections)} connections x 20 msg/s, echoed",
         Enum.map(s.failures, &%{failed: &1})
         |> c.(
-          "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core (endpoint thread #{f.(s.endpoint_thread_us_per_echo)} µs per echo), p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms"
+          "#{f.(s.connections)} up, server CPU #{f.(s.server_cpu_share_of_one_core)} core (endpoint threads #{threads.(s.endpoint_threads_cpu)} core, #{f.(s.endpoint_thread_us_per_echo)} µs per echo), p50 / p99 #{f.(s.p50_ms)} / #{f.(s.p99_ms)} ms"
         ),
         if(s.target_connections == 1_000,
           do: "<= 2x raw UDP per 4 datagrams",

@@ -22,25 +22,24 @@ defmodule Bench.Proc do
   server's endpoint threads), summed; 0 if none.
   """
   @spec thread_ticks(non_neg_integer() | String.t(), String.t()) :: non_neg_integer()
-  def thread_ticks(pid, name) do
+  def thread_ticks(pid, name), do: pid |> threads_ticks(name) |> Map.values() |> Enum.sum()
+
+  @doc "`thread_ticks/2` per thread: `%{thread_name => ticks}`."
+  @spec threads_ticks(non_neg_integer() | String.t(), String.t()) :: %{
+          String.t() => non_neg_integer()
+        }
+  def threads_ticks(pid, name) do
     case File.ls("/proc/#{pid}/task") do
       {:ok, tids} ->
-        tids
-        |> Enum.filter(fn tid ->
-          case File.read("/proc/#{pid}/task/#{tid}/comm") do
-            {:ok, comm} ->
-              comm = String.trim(comm)
-              comm == name or String.starts_with?(comm, name <> "-")
-
-            _ ->
-              false
-          end
-        end)
-        |> Enum.map(&cpu_ticks("#{pid}/task/#{&1}"))
-        |> Enum.sum()
+        for tid <- tids,
+            {:ok, comm} <- [File.read("/proc/#{pid}/task/#{tid}/comm")],
+            comm = String.trim(comm),
+            comm == name or String.starts_with?(comm, name <> "-"),
+            into: %{},
+            do: {comm, cpu_ticks("#{pid}/task/#{tid}")}
 
       {:error, _} ->
-        0
+        %{}
     end
   end
 
