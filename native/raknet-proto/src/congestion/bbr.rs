@@ -42,6 +42,14 @@ const MIN_DELAY_FACTOR: f64 = 0.5;
 /// keeps a round's smallest sample a little above `min_rtt` with no queue at all, and the delay
 /// rule would otherwise take it for one and hold the rate down.
 const QUEUE_NOISE: Duration = Duration::from_millis(1);
+/// Cruising rounds whose smallest RTT samples the delay rule takes the minimum of: delay
+/// jitter raises a round's smallest sample at random, a standing queue raises every round's.
+const QUEUE_ROUNDS: usize = 4;
+/// Queueing delay in a round's own smallest sample that the delay rule takes at once, without
+/// waiting for [`QUEUE_ROUNDS`] rounds to agree: a queue growing that fast must be cut before
+/// it fills the buffer (jitter of a few milliseconds rarely raises a round's smallest sample
+/// this far).
+const CLEAR_QUEUE: Duration = Duration::from_millis(3);
 /// Queueing delay above which the delay rule starts from what the flow delivered rather than
 /// from its sending rate. Below it, RTT noise (jitter, ACK timing) that reads as a little queue
 /// cuts only by `min_rtt / rtt`.
@@ -103,6 +111,35 @@ fn queue_delay(round_min: Duration, min_rtt: Duration, spacing: Duration) -> Dur
         Duration::ZERO
     } else {
         queue
+    }
+}
+
+/// The queueing delay the delay rule acts on, from the smallest RTT sample of each of the last
+/// few cruising rounds (`round_mins`, the current round last): the delay all of them carried
+/// ([`queue_delay`] of their minimum), or the current round's own if it is above
+/// [`CLEAR_QUEUE`].
+///
+/// A round holds few independent samples (the peer acknowledges up to 16 datagrams at once, so
+/// a round of 60 datagrams may bring only four ACKs), and with per-datagram jitter their
+/// minimum is often a few milliseconds above `min_rtt`, differently each round. Taken one
+/// round at a time, that reads as a queue: each such round cuts the rate by `min_rtt / rtt`
+/// while a round without one adds back only a datagram per round trip, so the rate sinks
+/// (on a 20 ms path with 5 ms of jitter each way, to about 1.3 MB/s from over 4), and with
+/// fewer datagrams per round the noise only grows. A standing queue raises every round's
+/// minimum; jitter seldom raises four in a row.
+fn filtered_queue_delay(
+    round_mins: &VecDeque<Duration>,
+    min_rtt: Duration,
+    spacing: Duration,
+) -> Duration {
+    let (Some(&last), Some(&smallest)) = (round_mins.back(), round_mins.iter().min()) else {
+        return Duration::ZERO;
+    };
+    let own = queue_delay(last, min_rtt, spacing);
+    if own > CLEAR_QUEUE {
+        own
+    } else {
+        queue_delay(smallest, min_rtt, spacing)
     }
 }
 
@@ -176,13 +213,15 @@ fn delay_rule_rate(
 /// each keeps the peaks of its own probing, so together they send more than the link and sit
 /// at their window with a standing queue, in shares that probing does not even out. So, after
 /// each round spent cruising, a delay rule bounds the rate (`bw_lo`), after FAST TCP: the
-/// queueing delay is the round's smallest RTT sample above `min_rtt` (less the peer's ACK
-/// spacing), and the rate becomes `rate × min_rtt / rtt + 1 datagram / rtt`. Each flow thus
+/// queueing delay is how far the smallest RTT sample of the last four cruising rounds was
+/// above `min_rtt` (less the peer's ACK spacing; the current round's own if above 3 ms, so
+/// that a fast-growing queue is cut at once), and the rate becomes `rate × min_rtt / rtt + 1 datagram / rtt`. Each flow thus
 /// keeps about one datagram of its own in the queue: flows that share a queue converge to
 /// equal rates and the queue stays at a few datagrams per flow, while a flow alone on its
 /// path (no queue) grows by a datagram per round until the bound reaches the estimate and is
 /// lifted. Rounds with a probing or draining phase do not count; the probe itself paces at
-/// 1.25 × the bounded rate.
+/// 1.25 × the bounded rate. The minimum over four rounds is what keeps delay jitter from
+/// reading as a queue ([`filtered_queue_delay`]).
 ///
 /// A retransmission timeout (the peer stopped acknowledging anything) limits the window to
 /// four datagrams until the next acknowledgement: a dead path must not be paced into
@@ -225,6 +264,9 @@ pub struct Bbr {
     /// round was spent cruising in ProbeBW (pacing gain 1), when it began and the bytes
     /// delivered then, the datagrams acknowledged, and whether any was sent app-limited.
     round_min_rtt: Option<Duration>,
+    /// The smallest RTT sample of each of the last [`QUEUE_ROUNDS`] cruising rounds, this
+    /// round's last.
+    recent_round_mins: VecDeque<Duration>,
     round_cruising: bool,
     round_start: Option<(Instant, u64)>,
     round_delivered_datagrams: u32,
@@ -280,6 +322,7 @@ impl Bbr {
             round_max_rate: 0.0,
             heavy_rounds: 0,
             round_min_rtt: None,
+            recent_round_mins: VecDeque::new(),
             round_cruising: false,
             round_start: None,
             round_delivered_datagrams: 0,
@@ -333,6 +376,7 @@ impl Bbr {
         self.mode = Mode::ProbeBw;
         self.cwnd_gain = PROBE_BW_CWND_GAIN;
         self.bw_lo = None;
+        self.recent_round_mins.clear();
         // Any phase but the draining one (as BBR: start cruising or probing, at random).
         self.seed = self
             .seed
@@ -452,7 +496,11 @@ impl Bbr {
             return;
         }
         let spacing = now.saturating_duration_since(start) / self.round_delivered_datagrams;
-        let queue = queue_delay(round_min, min_rtt, spacing);
+        self.recent_round_mins.push_back(round_min);
+        if self.recent_round_mins.len() > QUEUE_ROUNDS {
+            self.recent_round_mins.pop_front();
+        }
+        let queue = filtered_queue_delay(&self.recent_round_mins, min_rtt, spacing);
         let target = delay_rule_rate(self.bw(), self.round_rate(now), min_rtt, queue, self.mtu);
         self.bw_lo = (target < self.btlbw.get()).then_some(target);
     }
@@ -660,6 +708,39 @@ mod tests {
         assert_eq!(queue_delay(24 * MS, min, 3 * MS), Duration::ZERO);
         // At most the longest a peer holds an ACK.
         assert_eq!(queue_delay(50 * MS, min, 100 * MS), 10 * MS);
+    }
+
+    #[test]
+    fn the_queue_is_what_the_last_rounds_all_carried_unless_this_one_is_clearly_queued() {
+        let min = 20 * MS;
+        let rounds = |mins: &[u64]| {
+            mins.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<VecDeque<_>>()
+        };
+        assert_eq!(
+            filtered_queue_delay(&rounds(&[]), min, Duration::ZERO),
+            Duration::ZERO
+        );
+        // Jitter: one round of the four came close to min_rtt, so no queue.
+        assert_eq!(
+            filtered_queue_delay(&rounds(&[23, 20, 24, 23]), min, Duration::ZERO),
+            Duration::ZERO
+        );
+        // A standing queue raises them all: the smallest counts.
+        assert_eq!(
+            filtered_queue_delay(&rounds(&[23, 22, 24, 23]), min, Duration::ZERO),
+            2 * MS
+        );
+        // A queue above CLEAR_QUEUE in the current round counts at once (less the spacing).
+        assert_eq!(
+            filtered_queue_delay(&rounds(&[20, 21, 30]), min, 2 * MS),
+            8 * MS
+        );
+        assert_eq!(
+            filtered_queue_delay(&rounds(&[20, 21, 23]), min, Duration::ZERO),
+            Duration::ZERO
+        );
     }
 
     #[test]
