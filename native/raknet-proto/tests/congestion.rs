@@ -428,21 +428,6 @@ fn queueing_delay_stays_under_the_base_rtt() {
         t0 + Duration::from_secs(6),
         Duration::from_millis(5),
         |net| {
-            if std::env::var("DBG").is_ok() && (net.elapsed().as_millis() % 100 == 0) {
-                let st: Vec<_> = (0..2)
-                    .map(|i| {
-                        net.clients[i]
-                            .connection_stats(net.conns[i].unwrap())
-                            .map(|s| (s.cwnd, s.bytes_in_flight, s.srtt.as_millis()))
-                    })
-                    .collect();
-                eprintln!(
-                    "{:?} q {} {:?}",
-                    net.elapsed(),
-                    net.up.queued_bytes(net.now),
-                    st
-                );
-            }
             if net.elapsed() >= warm {
                 let queued = net.up.queued_bytes(net.now) as f64;
                 delays.push(Duration::from_secs_f64(queued / BOTTLENECK as f64));
