@@ -52,23 +52,8 @@ fn bulk_seconds_over(
     config.limits.max_reliable_in_flight = in_flight;
     let mut p = Pair::new(seed, config.clone(), config, link);
     let (c, _) = p.connect();
-    p.server_events.clear();
     let start = p.now;
-    let mut data = vec![0u8; size];
-    data[0] = 0x86;
-    p.client
-        .send(
-            p.now,
-            c,
-            Bytes::from(data),
-            SendOptions::new(Reliability::ReliableOrdered),
-        )
-        .unwrap();
-    let done = p.drive_until(Duration::from_secs(120), |p| {
-        p.server_events
-            .iter()
-            .any(|e| matches!(e, Event::Message { payload, .. } if payload.len() == size))
-    });
+    let done = p.deliver_one(c, size, Duration::from_secs(120));
     assert!(done, "{congestion:?}: transfer did not complete");
     (p.now - start).as_secs_f64()
 }

@@ -5,7 +5,6 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::pair::Pair;
 use raknet_netsim::LinkConfig;
 use raknet_proto::*;
@@ -29,23 +28,8 @@ fn bulk(
     let (c, s) = p.connect_with(opts);
     let mine = p.client.connection_info(c).map(|i| i.congestion);
     let theirs = p.server.connection_info(s).map(|i| i.congestion);
-    p.server_events.clear();
     let start = p.now;
-    let mut data = vec![0u8; size];
-    data[0] = 0x86;
-    p.client
-        .send(
-            p.now,
-            c,
-            Bytes::from(data),
-            SendOptions::new(Reliability::ReliableOrdered),
-        )
-        .expect("queued");
-    let done = p.drive_until(Duration::from_secs(120), |p| {
-        p.server_events
-            .iter()
-            .any(|e| matches!(e, Event::Message { payload, .. } if payload.len() == size))
-    });
+    let done = p.deliver_one(c, size, Duration::from_secs(120));
     assert!(done, "{opts:?} at {loss}: transfer did not complete");
     (
         (p.now - start).as_secs_f64(),

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_netsim::{Link, LinkConfig};
-use raknet_proto::{ConnId, ConnectOptions, Endpoint, EndpointConfig, Event};
+use raknet_proto::{
+    ConnId, ConnectOptions, Endpoint, EndpointConfig, Event, Reliability, SendOptions,
+};
 
 pub const SERVER: &str = "127.0.0.1:19132";
 pub const CLIENT: &str = "127.0.0.1:40000";
@@ -147,6 +149,28 @@ impl Pair {
                 return done(self);
             }
         }
+    }
+
+    /// Send one `size`-byte reliable_ordered message (type 0x86, then zeros) from the client
+    /// on `conn` and drive until the server has it, for at most `limit` of virtual time.
+    /// Returns whether it arrived. Earlier server events are cleared first.
+    pub fn deliver_one(&mut self, conn: ConnId, size: usize, limit: Duration) -> bool {
+        self.server_events.clear();
+        let mut data = vec![0u8; size];
+        data[0] = 0x86;
+        self.client
+            .send(
+                self.now,
+                conn,
+                Bytes::from(data),
+                SendOptions::new(Reliability::ReliableOrdered),
+            )
+            .expect("the message is queued");
+        self.drive_until(limit, |p| {
+            p.server_events
+                .iter()
+                .any(|e| matches!(e, Event::Message { payload, .. } if payload.len() == size))
+        })
     }
 
     /// Connect the client; returns (client's id, server's id).
