@@ -88,13 +88,34 @@ defmodule RakNet do
     timeout = Keyword.get(opts, :timeout, 10_000)
     native = native_connect_opts(opts)
 
-    with {:ok, ip} <- resolve(host),
-         {:ok, endpoint} <- RakNet.ClientEndpoint.checkout(ip, port) do
+    with {:ok, ip} <- resolve(host) do
+      connect_ip(ip, port, opts, native, timeout, 3)
+    end
+  end
+
+  # A socket holds one connection per server address. The node remembers which endpoint has
+  # one for 15 s after connecting; a connection that outlived that (to a server whose port was
+  # later given to another server, say) makes its endpoint answer :address_in_use. The
+  # checkout just made keeps that endpoint reserved, so the next one picks another.
+  defp connect_ip(ip, port, opts, native, timeout, attempts) do
+    with {:ok, endpoint} <- RakNet.ClientEndpoint.checkout(ip, port) do
       address = ip |> :inet.ntoa() |> to_string()
 
-      case Keyword.get(opts, :client) do
-        {module, data} -> connect_client({endpoint, native}, address, port, module, data, timeout)
-        nil -> connect_raw({endpoint, native}, address, port, timeout)
+      result =
+        case Keyword.get(opts, :client) do
+          {module, data} ->
+            connect_client({endpoint, native}, address, port, module, data, timeout)
+
+          nil ->
+            connect_raw({endpoint, native}, address, port, timeout)
+        end
+
+      case result do
+        {:error, :address_in_use} when attempts > 1 ->
+          connect_ip(ip, port, opts, native, timeout, attempts - 1)
+
+        result ->
+          result
       end
     end
   end

@@ -174,4 +174,44 @@ defmodule RakNet.EndpointThreadsTest do
     assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
     for conn <- conns, do: Connection.close(conn)
   end
+
+  test "a connect that meets an endpoint still connected to that address takes another one" do
+    previous = Application.fetch_env(:raknet, :client_threads)
+    Application.put_env(:raknet, :client_threads, 1)
+    {_server, port} = start_server([])
+    assert {:ok, first} = RakNet.connect("127.0.0.1", port)
+    {:ok, %{local_address: {_, first_port}}} = Connection.info(first)
+
+    # The bookkeeping lapses (after 15 s in real use) while the connection lives, and that
+    # endpoint is the only one on offer.
+    key = {{127, 0, 0, 1}, port}
+    endpoints = RakNet.ClientEndpoint.endpoints()[:inet]
+    [busy] = Enum.filter(endpoints, &(RakNet.Native.endpoint_info(&1).port == first_port))
+    for endpoint <- endpoints, do: send(RakNet.ClientEndpoint, {:release, endpoint, key})
+
+    :sys.replace_state(RakNet.ClientEndpoint, fn state ->
+      put_in(state.endpoints[:inet], [busy])
+    end)
+
+    on_exit(fn ->
+      :sys.replace_state(RakNet.ClientEndpoint, fn state ->
+        put_in(state.endpoints[:inet], Enum.uniq(endpoints ++ state.endpoints[:inet]))
+      end)
+
+      case previous do
+        {:ok, value} -> Application.put_env(:raknet, :client_threads, value)
+        :error -> Application.delete_env(:raknet, :client_threads)
+      end
+    end)
+
+    assert {:ok, second} = RakNet.connect("127.0.0.1", port)
+    {:ok, %{local_address: {_, second_port}}} = Connection.info(second)
+    assert second_port != first_port
+
+    for conn <- [first, second] do
+      {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "echo">>)
+      assert_receive {:raknet, ^conn, 0x86, "echo", _}, 5_000
+      Connection.close(conn)
+    end
+  end
 end
