@@ -3,20 +3,11 @@ defmodule RakNet.BroadcastTest do
   use ExUnit.Case, async: false
 
   alias RakNet.Connection
-  alias RakNet.Test.{EchoClient, LinkingClient}
+  alias RakNet.Test.{EchoClient, LinkingClient, Mailbox}
 
   @moduletag timeout: 120_000
 
   defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
-
-  # Every {:raknet, conn, 0x86, payload, _} that arrives within `ms` of the last one.
-  defp collect(ms, acc \\ []) do
-    receive do
-      {:raknet, conn, 0x86, payload, _} -> collect(ms, [{conn, payload} | acc])
-    after
-      ms -> acc
-    end
-  end
 
   test "a broadcast reaches each of 1,000 connections exactly once" do
     {server, port} =
@@ -34,7 +25,7 @@ defmodule RakNet.BroadcastTest do
     assert length(RakNet.Server.connections(server)) == n
 
     assert {:ok, ^n} = RakNet.Server.broadcast(server, :reliable_ordered, <<0x86, "to all">>)
-    got = collect(1_000)
+    got = Mailbox.echoes(1_000)
     assert length(got) == n
     assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
     assert Enum.all?(got, fn {_, payload} -> payload == "to all" end)
@@ -50,7 +41,7 @@ defmodule RakNet.BroadcastTest do
              )
 
     assert count == n - 2
-    assert length(collect(1_000)) == n - 2
+    assert length(Mailbox.echoes(1_000)) == n - 2
   end
 
   test "RakNet.broadcast/4 takes pids and handles, skips the closed, checks its arguments" do
@@ -68,7 +59,7 @@ defmodule RakNet.BroadcastTest do
     # Server side to clients: a pid, a handle, a closed connection, a dead pid.
     {:ok, handle_b} = Connection.conn_ref(pid_b)
     assert {:ok, 2} = RakNet.broadcast([pid_a, handle_b, pid_c, dead], :reliable, <<0x86, "x">>)
-    got = collect(500) |> Enum.map(&elem(&1, 0)) |> Enum.sort()
+    got = Mailbox.echoes(500) |> Enum.map(&elem(&1, 0)) |> Enum.sort()
     assert got == Enum.sort([a, b])
 
     assert RakNet.broadcast([pid_a], :reliable_ack_receipt, <<0x86>>) ==

@@ -3,19 +3,11 @@ defmodule RakNet.EndpointThreadsTest do
   use ExUnit.Case, async: false
 
   alias RakNet.Connection
-  alias RakNet.Test.EchoClient
+  alias RakNet.Test.{EchoClient, Mailbox}
 
   @moduletag timeout: 120_000
 
   defp start_server(opts), do: RakNet.Test.Server.start!(EchoClient, opts)
-
-  defp collect(ms, acc \\ []) do
-    receive do
-      {:raknet, conn, 0x86, payload, _} -> collect(ms, [{conn, payload} | acc])
-    after
-      ms -> acc
-    end
-  end
 
   test "200 connections spread over 4 threads: handshakes, echo, broadcast, info, ban" do
     n = 200
@@ -58,11 +50,11 @@ defmodule RakNet.EndpointThreadsTest do
 
     # Echo on every connection.
     for conn <- conns, do: {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "echo">>)
-    got = collect(1_000)
+    got = Mailbox.echoes(1_000)
     assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
 
     assert {:ok, ^n} = RakNet.Server.broadcast(server, :reliable_ordered, <<0x86, "to all">>)
-    got = collect(1_000)
+    got = Mailbox.echoes(1_000)
     assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
     assert Enum.all?(got, fn {_, payload} -> payload == "to all" end)
 
@@ -170,7 +162,7 @@ defmodule RakNet.EndpointThreadsTest do
 
     # Each connection works whichever thread it is on.
     for conn <- conns, do: {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "echo">>)
-    got = collect(1_000)
+    got = Mailbox.echoes(1_000)
     assert got |> Enum.map(&elem(&1, 0)) |> Enum.sort() == Enum.sort(conns)
     for conn <- conns, do: Connection.close(conn)
   end

@@ -21,3 +21,20 @@ defmodule RakNet.Test.Server do
     {server, RakNet.Server.info(server).ipv4_port}
   end
 end
+
+defmodule RakNet.Test.Mailbox do
+  @moduledoc "Reading a test process's mailbox."
+
+  @doc """
+  Every `{:raknet, conn, 0x86, payload, _}` that arrives within `ms` of the last one, as
+  `{conn, payload}`, newest first.
+  """
+  @spec echoes(non_neg_integer()) :: [{reference(), binary()}]
+  def echoes(ms, acc \\ []) do
+    receive do
+      {:raknet, conn, 0x86, payload, _} -> echoes(ms, [{conn, payload} | acc])
+    after
+      ms -> acc
+    end
+  end
+end
