@@ -165,6 +165,8 @@ defmodule Bench do
         # BENCH_BATCH=0: one {:raknet, ...} per message to the connection processes instead
         # of the default {:raknet_batch, ...}.
         batch_delivery: System.get_env("BENCH_BATCH", "1") == "1",
+        # BENCH_INLINE=0: every send through the endpoint thread.
+        inline_sends: System.get_env("BENCH_INLINE", "1") == "1",
         # BENCH_ENDPOINT_THREADS=1 measures the single-threaded server; unset, the default.
         endpoint_threads:
           case System.get_env("BENCH_ENDPOINT_THREADS") do

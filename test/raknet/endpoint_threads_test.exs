@@ -132,6 +132,10 @@ defmodule RakNet.EndpointThreadsTest do
       end
     end)
 
+    # A fresh pool: endpoints and reservations left by earlier tests would skew the loads.
+    :ok = Supervisor.terminate_child(RakNet.Supervisor, RakNet.ClientEndpoint)
+    {:ok, _} = Supervisor.restart_child(RakNet.Supervisor, RakNet.ClientEndpoint)
+
     ports = for _ <- 1..4, do: elem(start_server([]), 1)
 
     conns =

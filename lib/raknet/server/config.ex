@@ -123,6 +123,13 @@ defmodule RakNet.Server.Config do
       handler once per message either way, so handlers see no difference. Fewer wake-ups
       when peers send many small messages. `false` sends one Erlang message per RakNet
       message (what 0.1 did).
+    * `:inline_sends` - `true` (default): a `RakNet.Connection.send/3` made while the
+      server's endpoint thread is idle, with nothing queued ahead of it and no other send on
+      that endpoint in the last 50 µs, is carried out on the caller's scheduler thread: the
+      message goes to the engine and its datagram to the socket at once, without waking the
+      endpoint thread (a reply leaves sooner, for less CPU). Bursts of sends still go through
+      the endpoint thread, which packs them into fewer datagrams. `false` sends everything
+      through the endpoint thread.
   """
   @type option ::
           {:host, :inet.ip_address() | String.t() | nil}
@@ -158,6 +165,7 @@ defmodule RakNet.Server.Config do
           | {:congestion_control, :reno | :bbr}
           | {:endpoint_threads, 1..1024 | nil}
           | {:batch_delivery, boolean()}
+          | {:inline_sends, boolean()}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -195,6 +203,7 @@ defmodule RakNet.Server.Config do
             congestion_control: :reno,
             endpoint_threads: nil,
             batch_delivery: true,
+            inline_sends: true,
             ignored_options: []
 
   @typedoc "A validated configuration."
@@ -426,6 +435,9 @@ defmodule RakNet.Server.Config do
   defp validate(:batch_delivery, value),
     do: check(:batch_delivery, value, is_boolean(value), "a boolean")
 
+  defp validate(:inline_sends, value),
+    do: check(:inline_sends, value, is_boolean(value), "a boolean")
+
   defp check(_key, value, true, _expected), do: value
 
   defp check(key, value, false, expected),
@@ -529,6 +541,7 @@ defmodule RakNet.Server.Config do
       max_buffered_bytes: c.max_buffered_bytes,
       congestion_control: c.congestion_control,
       batch_delivery: c.batch_delivery,
+      inline_sends: c.inline_sends,
       handshake_timeout_ms: c.handshake_timeout_ms,
       # Shared by the endpoints of a group (max_connections too): not divided.
       max_connections_per_ip: c.max_connections_per_ip,

@@ -3,14 +3,74 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use raknet_proto::SendOptions;
 use rustler::env::SavedTerm;
 use rustler::{LocalPid, OwnedEnv, ResourceArc};
+use tokio::sync::mpsc::UnboundedSender;
 
+use crate::driver::Shared;
 use crate::resource::ConnResource;
+
+/// The endpoint's thread is gone: the command was not taken.
+#[derive(Debug)]
+pub(crate) struct Closed;
+
+/// How the NIFs reach an endpoint's thread: its command channel, and for sends the way
+/// around it while the thread waits (see [`Shared`]).
+#[derive(Clone)]
+pub(crate) struct CommandTx {
+    tx: UnboundedSender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl CommandTx {
+    pub(crate) fn new(tx: UnboundedSender<Command>, shared: Arc<Shared>) -> Self {
+        Self { tx, shared }
+    }
+
+    /// Enqueue a command for the thread.
+    pub(crate) fn send(&self, cmd: Command) -> Result<(), Closed> {
+        self.shared.enqueued();
+        self.tx.send(cmd).map_err(|_| {
+            self.shared.not_enqueued();
+            Closed
+        })
+    }
+
+    /// Send a message: on this thread when the endpoint's thread waits and nothing is queued
+    /// ahead of it, through the channel otherwise.
+    pub(crate) fn send_message(
+        &self,
+        key: u64,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    ) -> Result<(), Closed> {
+        match self.shared.try_send_inline(key, data, opts, receipt) {
+            Ok(()) => Ok(()),
+            Err(data) => self.send(Command::Send {
+                key,
+                data,
+                opts,
+                receipt,
+            }),
+        }
+    }
+
+    /// The thread has stopped taking commands.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Both lead to the same endpoint.
+    pub(crate) fn same_channel(&self, other: &Self) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+}
 
 pub(crate) enum Command {
     Send {

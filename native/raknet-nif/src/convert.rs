@@ -26,6 +26,9 @@ pub(crate) struct EndpointOptions {
     /// `recvmmsg` / `sendmmsg` where the system has them; `false` (tests only) takes the
     /// portable one-datagram-per-call path.
     pub(crate) batched_io: bool,
+    /// Sends may be carried out on the caller's scheduler thread while the endpoint's thread
+    /// waits (`driver::Shared`); `false` sends everything through the thread.
+    pub(crate) inline_sends: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
 }
@@ -198,6 +201,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         fault_injection: get::<bool>(map, "fault_injection").unwrap_or(false),
         batch_delivery: get::<bool>(map, "batch_delivery").unwrap_or(false),
         batched_io: get::<bool>(map, "batched_io").unwrap_or(true),
+        inline_sends: get::<bool>(map, "inline_sends").unwrap_or(true),
         config,
         budget: crate::resource::DeliveryBudget {
             messages: get::<usize>(map, "max_pending_deliveries")?.max(16),

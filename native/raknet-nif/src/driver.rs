@@ -1,18 +1,25 @@
 //! One endpoint's thread: a current-thread tokio runtime running one loop that receives a
 //! batch of datagrams, applies NIF commands, runs the engine's timers, then sends what the
 //! engine wrote and delivers its events to BEAM processes.
+//!
+//! The loop holds the endpoint's state (the [`Driver`]) for each turn and lets go of it while it
+//! waits. A send asked for while the thread waits, with nothing queued ahead of it, is carried
+//! out on the caller's scheduler thread instead ([`Shared::try_send_inline`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_proto::hash::OwnKeyMap;
-use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role};
+use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendOptions};
 use rustler::{Encoder, LocalPid, OwnedEnv, ResourceArc, Term};
+use tokio::net::UdpSocket;
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::Notify;
 
 use crate::atoms;
 use crate::command::Command;
@@ -35,6 +42,10 @@ const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Log lines an endpoint sends its owner per second at most; the rest are counted and
 /// reported with the next line (hostile traffic must not flood the logs).
 const LOG_LINES_PER_SECOND: u32 = 10;
+/// Sends of one endpoint closer together than this are a burst: they go through the thread,
+/// which packs them into fewer datagrams and system calls, instead of one datagram (and one
+/// system call) each on the caller's thread.
+const INLINE_GAP: Duration = Duration::from_micros(50);
 /// Local addresses remembered for peers without a connection, per generation (two are kept).
 /// At least `RECV_BATCH`, so that a datagram's replies always find the address it came to.
 const LOCAL_ADDRS_PER_GENERATION: usize = 4096;
@@ -98,10 +109,207 @@ impl LocalAddrs {
     }
 }
 
+/// What an endpoint's thread shares with the NIFs that talk to it.
+///
+/// The thread holds `driver` for each turn of its loop and lets go of it while it waits. A
+/// `conn_send` on a scheduler thread that finds it free (`try_lock`: a scheduler never waits),
+/// with no command queued ahead of it and this endpoint's sends sparse, hands the message to
+/// the engine and the datagram to the socket itself: the reply to a peer then crosses one
+/// thread less, and the endpoint's thread is not woken for it. Anything else goes through the
+/// channel, in order.
+pub(crate) struct Shared {
+    driver: Mutex<Option<Driver>>,
+    /// Commands sent and not yet applied. An inline send waits for (goes behind) them, so
+    /// that it never overtakes an earlier send or close of the same process.
+    queued: AtomicUsize,
+    /// Tells the waiting thread to take a turn: an inline send left it work (events to
+    /// deliver, datagrams that did not fit in the socket buffer, an earlier timer).
+    wake: Notify,
+    /// Sends may be carried out on the caller's thread (the `inline_sends` option).
+    inline: bool,
+    /// When this endpoint's last send was asked for (nanoseconds since `epoch`), by either
+    /// path: see [`INLINE_GAP`].
+    last_send: AtomicU64,
+    epoch: Instant,
+}
+
+impl Shared {
+    pub(crate) fn new(inline: bool) -> Self {
+        Self {
+            driver: Mutex::new(None),
+            queued: AtomicUsize::new(0),
+            wake: Notify::new(),
+            inline,
+            last_send: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// A command is about to be enqueued (see `queued`).
+    pub(crate) fn enqueued(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// An enqueued command was not sent after all (the channel is closed).
+    pub(crate) fn not_enqueued(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Carry out a send on the calling (scheduler) thread if the endpoint's thread is waiting,
+    /// nothing is queued ahead of it and the endpoint's sends are sparse. Never waits: `Err`
+    /// hands the data back for the channel.
+    pub(crate) fn try_send_inline(
+        &self,
+        key: u64,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    ) -> Result<(), Bytes> {
+        let now = Instant::now();
+        let at =
+            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        let last = self.last_send.swap(at, Ordering::Relaxed);
+        let sparse = at.saturating_sub(last) >= INLINE_GAP.as_nanos() as u64;
+        if !self.inline || !sparse || self.queued.load(Ordering::SeqCst) != 0 {
+            return Err(data);
+        }
+        let Ok(mut guard) = self.driver.try_lock() else {
+            return Err(data);
+        };
+        let Some(driver) = guard.as_mut() else {
+            return Err(data);
+        };
+        // Again, now that the thread cannot be applying commands.
+        if self.queued.load(Ordering::SeqCst) != 0 || !driver.can_send_inline() {
+            return Err(data);
+        }
+        let wake = driver.send_inline(now, key, data, opts, receipt);
+        drop(guard);
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The thread's hold on the driver. A panic while it was held (on this thread, or in an
+    /// inline send on a scheduler) ends the endpoint the way a panic on its thread does.
+    fn lock(&self) -> MutexGuard<'_, Option<Driver>> {
+        match self.driver.lock() {
+            Ok(guard) => guard,
+            Err(_) => std::panic::resume_unwind(Box::new("a panic while sending on a scheduler")),
+        }
+    }
+
+    /// One turn of the loop: apply the commands, receive what waits, run the timers, send what
+    /// the engine wrote, deliver its events. `None`: the endpoint has stopped.
+    fn turn(&self, rx: &mut UnboundedReceiver<Command>, cmds: &mut Vec<Command>) -> Option<Wait> {
+        let mut guard = self.lock();
+        let driver = guard.as_mut()?;
+        // Everything enqueued up to now, in order, before any datagram: a new MOTD before a
+        // ping, a send before the peer's ACK.
+        while let Ok(cmd) = rx.try_recv() {
+            cmds.push(cmd);
+        }
+        if !cmds.is_empty() {
+            driver.command_turns += 1;
+        }
+        for cmd in cmds.drain(..) {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            driver.commands += 1;
+            driver.command(cmd);
+        }
+        driver.receive();
+        let now = Instant::now();
+        driver.endpoint.handle_timeout(now);
+        if driver.next_stall_check.is_some_and(|t| now >= t) {
+            driver.check_stalls(now);
+        }
+        if now >= rates::next_due(driver.last_sample) {
+            driver.sample_rates(now);
+        }
+        let sent_all = driver.flush();
+        driver.me.load.store(driver.conns.len(), Ordering::Relaxed);
+        if let Some(stop) = driver.stop_deadline {
+            if driver.endpoint.stats().connections == 0 || Instant::now() >= stop {
+                driver.finish_stop();
+                // Dropped here, on the endpoint's thread (it talks to the BEAM).
+                let driver = guard.take();
+                drop(guard);
+                drop(driver);
+                return None;
+            }
+        }
+        let deadline = driver.deadline();
+        driver.armed = deadline;
+        Some(Wait {
+            deadline,
+            blocked: !sent_all,
+        })
+    }
+}
+
+/// What the thread waits for between turns (besides commands, datagrams and a wake-up).
+struct Wait {
+    deadline: Option<Instant>,
+    /// Datagrams wait for room in the socket buffer.
+    blocked: bool,
+}
+
+/// Takes the driver out of [`Shared`] and drops it when the thread's loop ends, however it
+/// ends (a panic unwinds through here too): on the endpoint's thread, and without leaving the
+/// handles (which keep `Shared` alive) holding the driver, which holds them.
+struct Release<'a>(&'a Shared);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        let driver = self
+            .0
+            .driver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(driver);
+    }
+}
+
+/// Install `driver` in `shared` and run the endpoint's loop until it stops.
+pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedReceiver<Command>) {
+    let io: Arc<UdpSocket> = driver.socket.io();
+    *shared.lock() = Some(driver);
+    let _release = Release(&shared);
+    let mut cmds = Vec::new();
+    let mut wait = Wait {
+        deadline: None,
+        blocked: false,
+    };
+    loop {
+        let sleep = async {
+            match wait.deadline {
+                Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            cmd = rx.recv() => match cmd {
+                Some(cmd) => cmds.push(cmd),
+                None => return,
+            },
+            _ = io.readable() => {}
+            _ = io.writable(), if wait.blocked => {}
+            () = shared.wake.notified() => {}
+            () = sleep => {}
+        }
+        match shared.turn(&mut rx, &mut cmds) {
+            Some(next) => wait = next,
+            None => return,
+        }
+    }
+}
+
 pub(crate) struct Driver {
     pub(crate) endpoint: Endpoint,
     pub(crate) socket: Udp,
-    pub(crate) rx: UnboundedReceiver<Command>,
     pub(crate) me: ResourceArc<EndpointResource>,
     pub(crate) owner: LocalPid,
     pub(crate) env: OwnedEnv,
@@ -118,6 +326,16 @@ pub(crate) struct Driver {
     inbox: Vec<Received>,
     /// Datagrams the engine wrote, sent a batch per system call.
     outbox: Outbox,
+    /// The first datagram of `outbox` not sent yet (all sent: `outbox.len()`).
+    sent: usize,
+    /// Events the engine produced during inline sends, for the thread to deliver.
+    deferred: VecDeque<Event>,
+    /// Receipts of inline sends the engine refused, for the thread to report as lost.
+    lost: Vec<(LocalPid, ResourceArc<ConnResource>, u32)>,
+    /// The deadline the thread sleeps until (`None`: none).
+    armed: Option<Instant>,
+    /// Sends carried out on a caller's thread.
+    inline_sends: u64,
     /// Connections with messages in their `batch` (batch delivery only).
     batched: Vec<ConnId>,
     log_window: Instant,
@@ -138,14 +356,12 @@ impl Driver {
     pub(crate) fn new(
         endpoint: Endpoint,
         socket: Udp,
-        rx: UnboundedReceiver<Command>,
         me: ResourceArc<EndpointResource>,
         owner: LocalPid,
     ) -> Self {
         Self {
             endpoint,
             socket,
-            rx,
             me,
             owner,
             env: OwnedEnv::new(),
@@ -157,6 +373,11 @@ impl Driver {
             buf: Vec::with_capacity(2048),
             inbox: Vec::new(),
             outbox: Outbox::default(),
+            sent: 0,
+            deferred: VecDeque::new(),
+            lost: Vec::new(),
+            armed: None,
+            inline_sends: 0,
             batched: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
@@ -169,61 +390,49 @@ impl Driver {
         }
     }
 
-    pub(crate) async fn run(mut self) {
-        loop {
-            // Rates are sampled while there are connections; an idle endpoint sleeps.
-            let sample = (!self.conns.is_empty()).then(|| rates::next_due(self.last_sample));
-            let deadline = [self.endpoint.poll_timeout(), self.next_stall_check, sample]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(tokio::time::Instant::from_std);
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                // Commands first: one enqueued before a datagram arrived (a new MOTD before a
-                // ping, a send before the peer's ACK) is applied before that datagram.
-                biased;
-                cmd = self.rx.recv() => match cmd {
-                    Some(cmd) => {
-                        self.command_turns += 1;
-                        self.commands += 1;
-                        self.command(cmd);
-                        while let Ok(cmd) = self.rx.try_recv() {
-                            self.commands += 1;
-                            self.command(cmd);
-                        }
-                    }
-                    None => return,
-                },
-                ready = self.socket.readable() => {
-                    if ready.is_ok() {
-                        self.receive();
-                    }
-                }
-                () = sleep => {}
-            }
-            let now = Instant::now();
-            self.endpoint.handle_timeout(now);
-            if self.next_stall_check.is_some_and(|t| now >= t) {
-                self.check_stalls(now);
-            }
-            if now >= rates::next_due(self.last_sample) {
-                self.sample_rates(now);
-            }
-            self.flush().await;
-            self.me.load.store(self.conns.len(), Ordering::Relaxed);
-            if let Some(stop) = self.stop_deadline {
-                if self.endpoint.stats().connections == 0 || Instant::now() >= stop {
-                    self.finish_stop();
-                    return;
-                }
-            }
+    /// When the thread must take its next turn without being asked: the engine's next timer,
+    /// the next look at paused connections, the next rates sample (while there are
+    /// connections; an idle endpoint sleeps).
+    fn deadline(&mut self) -> Option<Instant> {
+        let sample = (!self.conns.is_empty()).then(|| rates::next_due(self.last_sample));
+        [self.endpoint.poll_timeout(), self.next_stall_check, sample]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Whether a send may be carried out on a caller's thread now.
+    fn can_send_inline(&self) -> bool {
+        self.stop_deadline.is_none() && self.sent == self.outbox.len()
+    }
+
+    /// A send on a caller's (scheduler) thread: hand it to the engine and the datagrams to the
+    /// socket. Nothing here talks to the BEAM (a scheduler thread must not use an `OwnedEnv`):
+    /// events and lost receipts wait for the thread. Returns whether the thread must take a
+    /// turn for them, for datagrams left unsent, or for a timer earlier than the one it sleeps
+    /// until.
+    fn send_inline(
+        &mut self,
+        now: Instant,
+        key: u64,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    ) -> bool {
+        self.inline_sends += 1;
+        if let Some(lost) = self.apply_send(now, key, data, opts, receipt) {
+            self.lost.push(lost);
         }
+        let sent_all = self.transmit(now);
+        while let Some(event) = self.endpoint.poll_event() {
+            self.deferred.push_back(event);
+        }
+        let earlier = match (self.endpoint.poll_timeout(), self.armed) {
+            (Some(timer), Some(armed)) => timer < armed,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        !sent_all || earlier || !self.deferred.is_empty() || !self.lost.is_empty()
     }
 
     fn receive(&mut self) {
@@ -283,6 +492,41 @@ impl Driver {
         }
     }
 
+    /// Hand a send to the engine. The NIF checked closed/size/budget already; a race can lose
+    /// it still: such a message is counted, and one with a receipt is returned, for its owner
+    /// to learn of its fate.
+    fn apply_send(
+        &mut self,
+        now: Instant,
+        key: u64,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    ) -> Option<(LocalPid, ResourceArc<ConnResource>, u32)> {
+        let &id = self.keys.get(&key)?;
+        let slot = self.conns.get_mut(&id)?;
+        slot.res
+            .pending_bytes
+            .fetch_sub(data.len(), Ordering::Relaxed);
+        let lost = match self.endpoint.send(now, id, data, opts) {
+            Ok(Some(engine_id)) => {
+                if let Some(user_id) = receipt {
+                    slot.receipts.insert(engine_id, user_id);
+                }
+                None
+            }
+            Ok(None) => None,
+            Err(_) => {
+                slot.dropped += 1;
+                receipt
+                    .zip(slot.owner)
+                    .map(|(user_id, pid)| (pid, slot.res.clone(), user_id))
+            }
+        };
+        self.update_backlog(id);
+        lost
+    }
+
     fn command(&mut self, cmd: Command) {
         let now = Instant::now();
         match cmd {
@@ -292,35 +536,9 @@ impl Driver {
                 opts,
                 receipt,
             } => {
-                let Some(&id) = self.keys.get(&key) else {
-                    return;
-                };
-                let Some(slot) = self.conns.get_mut(&id) else {
-                    return;
-                };
-                slot.res
-                    .pending_bytes
-                    .fetch_sub(data.len(), Ordering::Relaxed);
-                match self.endpoint.send(now, id, data, opts) {
-                    Ok(Some(engine_id)) => {
-                        if let Some(user_id) = receipt {
-                            slot.receipts.insert(engine_id, user_id);
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(_) => {
-                        // The NIF checked closed/size/budget already; a race lost it. The
-                        // application learns of a receipt message's fate; others are counted.
-                        slot.dropped += 1;
-                        if let (Some(user_id), Some(pid)) = (receipt, slot.owner) {
-                            let res = slot.res.clone();
-                            let _ = self.env.send_and_clear(&pid, |env| {
-                                (atoms::raknet_receipt(), res, user_id, atoms::lost()).encode(env)
-                            });
-                        }
-                    }
+                if let Some((pid, res, user_id)) = self.apply_send(now, key, data, opts, receipt) {
+                    receipt_lost(&mut self.env, &pid, res, user_id);
                 }
-                self.update_backlog(id);
             }
             Command::Broadcast { keys, data, opts } => {
                 for key in keys {
@@ -488,6 +706,7 @@ impl Driver {
                     ("udp_send_calls", udp.send_calls),
                     ("commands", self.commands),
                     ("command_turns", self.command_turns),
+                    ("inline_sends", self.inline_sends),
                 ],
             );
             let keys = [
@@ -615,10 +834,40 @@ impl Driver {
         }
     }
 
-    async fn flush(&mut self) {
-        let now = Instant::now();
+    /// Send what the engine wrote, then deliver its events (those of inline sends first).
+    /// Returns whether every datagram went: `false` when the socket buffer is full and some
+    /// wait for room.
+    fn flush(&mut self) -> bool {
+        let sent_all = self.transmit(Instant::now());
+        for (pid, res, user_id) in std::mem::take(&mut self.lost) {
+            receipt_lost(&mut self.env, &pid, res, user_id);
+        }
+        while let Some(event) = self
+            .deferred
+            .pop_front()
+            .or_else(|| self.endpoint.poll_event())
+        {
+            self.event(event);
+        }
+        for id in std::mem::take(&mut self.batched) {
+            self.deliver_batch(id);
+        }
+        sent_all
+    }
+
+    /// Hand the engine's datagrams to the socket, a batch per system call, until the engine
+    /// has none left (`true`) or the socket buffer is full (`false`: the rest waits in the
+    /// outbox for room).
+    fn transmit(&mut self, now: Instant) -> bool {
         loop {
+            if self.sent < self.outbox.len() {
+                self.sent = self.socket.send_batch(&self.outbox, self.sent);
+                if self.sent < self.outbox.len() {
+                    return false;
+                }
+            }
             self.outbox.clear();
+            self.sent = 0;
             while !self.outbox.is_full() {
                 let Some(t) = self.endpoint.poll_transmit(now, &mut self.buf) else {
                     break;
@@ -636,15 +885,8 @@ impl Driver {
                     .push(self.buf.get(..t.size).unwrap_or(&[]), destination, source);
             }
             if self.outbox.is_empty() {
-                break;
+                return true;
             }
-            self.socket.send_batch(&self.outbox).await;
-        }
-        while let Some(event) = self.endpoint.poll_event() {
-            self.event(event);
-        }
-        for id in std::mem::take(&mut self.batched) {
-            self.deliver_batch(id);
         }
     }
 
@@ -1043,6 +1285,13 @@ fn send_batch(
             })
             .collect();
         (atoms::raknet_batch(), res, messages).encode(env)
+    });
+}
+
+/// `{:raknet_receipt, conn, id, :lost}`: a message sent with a receipt that the engine refused.
+fn receipt_lost(env: &mut OwnedEnv, pid: &LocalPid, res: ResourceArc<ConnResource>, id: u32) {
+    let _ = env.send_and_clear(pid, |env| {
+        (atoms::raknet_receipt(), res, id, atoms::lost()).encode(env)
     });
 }
 

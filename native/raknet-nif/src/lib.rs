@@ -320,8 +320,9 @@ fn start_endpoints<'a>(
         let endpoint = Endpoint::new_in_group(config.clone(), local, Instant::now(), group.clone());
         config.guid = Some(endpoint.guid());
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let shared = Arc::new(driver::Shared::new(options.inline_sends));
         let me = ResourceArc::new(EndpointResource {
-            tx,
+            tx: command::CommandTx::new(tx, shared.clone()),
             local,
             guid: endpoint.guid(),
             dual_stack: options.dual_stack,
@@ -342,9 +343,8 @@ fn start_endpoints<'a>(
                 pktinfo,
                 batched_io,
             );
-            driver::Driver::new(endpoint, socket, rx, thread_me, owner)
-                .run()
-                .await;
+            let driver = driver::Driver::new(endpoint, socket, thread_me, owner);
+            driver::run(shared, driver, rx).await;
             Ok::<(), std::io::Error>(())
         };
         let name = if count == 1 {
@@ -370,11 +370,7 @@ fn start_endpoints<'a>(
 }
 
 /// Ask the endpoint thread for a term (waits up to a second; dirty scheduler).
-fn ask<'a>(
-    env: Env<'a>,
-    tx: &tokio::sync::mpsc::UnboundedSender<Command>,
-    key: Option<u64>,
-) -> Option<Term<'a>> {
+fn ask<'a>(env: Env<'a>, tx: &command::CommandTx, key: Option<u64>) -> Option<Term<'a>> {
     let (reply, answer) = sync_channel(1);
     tx.send(Command::Info { key, reply }).ok()?;
     let (owned, saved) = answer.recv_timeout(Duration::from_secs(1)).ok()??;
@@ -627,17 +623,13 @@ fn conn_send<'a>(
     }
     let receipt = reliability.has_receipt().then(|| conn.receipt_id());
     conn.pending_bytes.fetch_add(len, Ordering::Relaxed);
-    let cmd = Command::Send {
-        key: conn.key,
-        data: Bytes::copy_from_slice(data.as_slice()),
-        opts: SendOptions {
-            reliability,
-            channel,
-            priority,
-        },
-        receipt,
+    let opts = SendOptions {
+        reliability,
+        channel,
+        priority,
     };
-    if conn.tx.send(cmd).is_err() {
+    let data = Bytes::copy_from_slice(data.as_slice());
+    if conn.tx.send_message(conn.key, data, opts, receipt).is_err() {
         return error(env, atoms::closed());
     }
     match receipt {
@@ -682,7 +674,7 @@ fn broadcast<'a>(
     };
     let data = Bytes::copy_from_slice(data.as_slice());
     // Few endpoints per call (a server has one or two): a linear search groups them.
-    let mut groups: Vec<(&tokio::sync::mpsc::UnboundedSender<Command>, Vec<u64>)> = Vec::new();
+    let mut groups: Vec<(&command::CommandTx, Vec<u64>)> = Vec::new();
     let mut queued = 0usize;
     for conn in &conns {
         if conn.closed.load(Ordering::Relaxed) || len > conn.max_message_bytes {

@@ -7,10 +7,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use crate::command::{Command, CommandTx};
 use rustler::{Env, LocalPid, Monitor, Resource};
-use tokio::sync::mpsc::UnboundedSender;
-
-use crate::command::Command;
 
 /// How far a flow-controlled owner may fall behind: messages sent to its mailbox and not
 /// yet confirmed with `conn_delivered`, and their bytes. Past either, the connection stops
@@ -35,7 +33,7 @@ impl DeliveryBudget {
 
 /// An endpoint: its command channel and what `endpoint_info` needs without asking.
 pub(crate) struct EndpointResource {
-    pub(crate) tx: UnboundedSender<Command>,
+    pub(crate) tx: CommandTx,
     pub(crate) local: SocketAddr,
     pub(crate) guid: u64,
     pub(crate) dual_stack: bool,
@@ -87,7 +85,7 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 /// A connection, shared by the BEAM (the handle) and the endpoint's thread.
 pub(crate) struct ConnResource {
     pub(crate) key: u64,
-    pub(crate) tx: UnboundedSender<Command>,
+    pub(crate) tx: CommandTx,
     /// Set by the endpoint thread when the connection ended: sends fail fast.
     pub(crate) closed: AtomicBool,
     pub(crate) next_receipt: AtomicU32,
@@ -116,7 +114,7 @@ pub(crate) struct ConnResource {
 
 impl ConnResource {
     fn new(
-        tx: UnboundedSender<Command>,
+        tx: CommandTx,
         max_send_bytes: usize,
         max_message_bytes: usize,
         budget: DeliveryBudget,

@@ -15,6 +15,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::net::UdpSocket;
@@ -69,6 +70,11 @@ impl Outbox {
         self.items.is_empty()
     }
 
+    /// How many datagrams it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
     pub(crate) fn clear(&mut self) {
         self.bytes.clear();
         self.items.clear();
@@ -92,7 +98,9 @@ pub(crate) struct Counters {
 
 /// The socket and whether it reports local addresses.
 pub(crate) struct Udp {
-    socket: UdpSocket,
+    /// Shared with the endpoint thread's loop, which waits for readiness without holding the
+    /// driver (see `driver::Shared`).
+    socket: Arc<UdpSocket>,
     /// `IP_PKTINFO` / `IPV6_RECVPKTINFO` is on: receive and send with control messages.
     pktinfo: bool,
     /// An IPv6 socket (perhaps dual-stack) takes `IPV6_PKTINFO`, an IPv4 one `IP_PKTINFO`.
@@ -114,7 +122,7 @@ impl Udp {
         #[cfg(not(target_os = "linux"))]
         let _ = batched;
         Self {
-            socket,
+            socket: Arc::new(socket),
             pktinfo,
             ipv6,
             bufs: vec![vec![0; DATAGRAM_ROOM]],
@@ -126,6 +134,11 @@ impl Udp {
 
     pub(crate) fn counters(&self) -> Counters {
         self.counters
+    }
+
+    /// The socket, for waiting on its readiness.
+    pub(crate) fn io(&self) -> Arc<UdpSocket> {
+        self.socket.clone()
     }
 
     /// Receive what is waiting, up to [`BATCH`] datagrams in one call, appending them to
@@ -164,11 +177,13 @@ impl Udp {
         Ok(())
     }
 
-    /// Send every datagram of `out`, in order: in batches where the system has them, waiting
-    /// for room in the socket buffer when it is full. A datagram the kernel refuses (an
-    /// unreachable peer) is skipped: the engine's timers handle the silence.
-    pub(crate) async fn send_batch(&mut self, out: &Outbox) {
-        let mut next = 0;
+    /// Send the datagrams of `out` from index `from` on, in order, in batches where the system
+    /// has them; never waits. Returns the index of the first datagram not sent: `out.len()`
+    /// when all went, less when the socket buffer is full (send the rest once the socket is
+    /// writable). A datagram the kernel refuses (an unreachable peer) is skipped: the engine's
+    /// timers handle the silence.
+    pub(crate) fn send_batch(&mut self, out: &Outbox, from: usize) -> usize {
+        let mut next = from;
         while let Some(first) = out.items.get(next) {
             #[cfg(target_os = "linux")]
             if self.mmsg {
@@ -189,8 +204,7 @@ impl Udp {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         self.counters.send_calls += 1;
-                        let _ = self.socket.writable().await;
-                        continue;
+                        return next;
                     }
                     Err(e) if e.raw_os_error() == Some(nix::libc::ENOSYS) => {
                         self.mmsg = false;
@@ -204,28 +218,17 @@ impl Udp {
             self.counters.send_calls += 1;
             match self.try_send(out.data(first), first.to, first.source) {
                 Ok(_) => self.counters.datagrams_out += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self
-                        .send(out.data(first), first.to, first.source)
-                        .await
-                        .is_ok()
-                    {
-                        self.counters.datagrams_out += 1;
-                    }
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return next,
                 Err(_) => {}
             }
             next += 1;
         }
+        next
     }
 
     /// Whether datagrams come with their local address (and replies can choose theirs).
     pub(crate) fn pktinfo(&self) -> bool {
         self.pktinfo
-    }
-
-    pub(crate) async fn readable(&self) -> io::Result<()> {
-        self.socket.readable().await
     }
 
     /// One datagram, if one is waiting: its length, its source, and the local address it was
@@ -253,16 +256,6 @@ impl Udp {
         #[cfg(not(target_os = "linux"))]
         let _ = source;
         self.socket.try_send_to(data, to)
-    }
-
-    /// Send one datagram, waiting for room in the socket buffer.
-    async fn send(&self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) -> io::Result<usize> {
-        loop {
-            match self.try_send(data, to, source) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.socket.writable().await?,
-                done => return done,
-            }
-        }
     }
 }
 
