@@ -522,7 +522,8 @@ defmodule RakNet.ServerTest do
                  :advertised_ip,
                  :strip_timestamps,
                  :congestion_control,
-                 :batch_delivery
+                 :batch_delivery,
+                 :inline_sends
                ])
     end
 

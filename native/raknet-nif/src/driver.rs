@@ -423,7 +423,9 @@ impl Driver {
         if let Some(lost) = self.apply_send(now, key, data, opts, receipt) {
             self.lost.push(lost);
         }
-        let sent_all = self.transmit(now);
+        // One batch at most: a scheduler thread is not the place for another connection's
+        // bulk transfer, which the endpoint thread sends (it is woken for it).
+        let sent_all = self.transmit(now, 1);
         while let Some(event) = self.endpoint.poll_event() {
             self.deferred.push_back(event);
         }
@@ -838,7 +840,7 @@ impl Driver {
     /// Returns whether every datagram went: `false` when the socket buffer is full and some
     /// wait for room.
     fn flush(&mut self) -> bool {
-        let sent_all = self.transmit(Instant::now());
+        let sent_all = self.transmit(Instant::now(), usize::MAX);
         for (pid, res, user_id) in std::mem::take(&mut self.lost) {
             receipt_lost(&mut self.env, &pid, res, user_id);
         }
@@ -856,18 +858,13 @@ impl Driver {
     }
 
     /// Hand the engine's datagrams to the socket, a batch per system call, until the engine
-    /// has none left (`true`) or the socket buffer is full (`false`: the rest waits in the
-    /// outbox for room).
-    fn transmit(&mut self, now: Instant) -> bool {
-        loop {
-            if self.sent < self.outbox.len() {
-                self.sent = self.socket.send_batch(&self.outbox, self.sent);
-                if self.sent < self.outbox.len() {
-                    return false;
-                }
-            }
-            self.outbox.clear();
-            self.sent = 0;
+    /// has none left (`true`), the socket buffer is full (`false`: the rest waits in the
+    /// outbox for room), or `batches` batches went (`false`: the engine may have more).
+    fn transmit(&mut self, now: Instant, batches: usize) -> bool {
+        if !self.send_outbox() {
+            return false;
+        }
+        for _ in 0..batches {
             while !self.outbox.is_full() {
                 let Some(t) = self.endpoint.poll_transmit(now, &mut self.buf) else {
                     break;
@@ -884,10 +881,30 @@ impl Driver {
                 self.outbox
                     .push(self.buf.get(..t.size).unwrap_or(&[]), destination, source);
             }
-            if self.outbox.is_empty() {
+            // Not full: the engine had no more.
+            let drained = !self.outbox.is_full();
+            if !self.send_outbox() {
+                return false;
+            }
+            if drained {
                 return true;
             }
         }
+        false
+    }
+
+    /// Send what the outbox holds (from the first datagram not sent yet) and empty it; `false`
+    /// when the socket buffer is full and some wait for room.
+    fn send_outbox(&mut self) -> bool {
+        if self.sent < self.outbox.len() {
+            self.sent = self.socket.send_batch(&self.outbox, self.sent);
+            if self.sent < self.outbox.len() {
+                return false;
+            }
+        }
+        self.outbox.clear();
+        self.sent = 0;
+        true
     }
 
     /// Send the owner of `conn` the messages waiting in its batch, in one message.

@@ -66,10 +66,6 @@ impl Outbox {
         self.items.len() >= BATCH
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// How many datagrams it holds.
     pub(crate) fn len(&self) -> usize {
         self.items.len()
