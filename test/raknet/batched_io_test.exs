@@ -88,6 +88,28 @@ defmodule RakNet.BatchedIoTest do
     end
   end
 
+  if match?({:unix, :linux}, :os.type()) do
+    test "a receive call that empties the socket is not followed by one that finds nothing" do
+      {server, port} = RakNet.Test.Server.start!(EchoClient, endpoint_threads: 1)
+      assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+
+      # One message at a time: the server reads a datagram or two per wake-up.
+      for i <- 1..100 do
+        assert {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+        assert_receive {:raknet, ^conn, 0x86, <<^i::32>>, _}, 5_000
+      end
+
+      [endpoint] = RakNet.Server.info(server).endpoints
+      stats = endpoint.stats
+      # Reading until the kernel says "nothing more" took a second call per wake-up, about
+      # two calls per datagram here; a batch call that came back short already said so.
+      assert stats.udp_recv_calls < stats.udp_datagrams_in * 1.3,
+             "#{stats.udp_recv_calls} receive calls for #{stats.udp_datagrams_in} datagrams"
+
+      Connection.close(conn)
+    end
+  end
+
   test "the portable path (one datagram per call, as on systems without recvmmsg) delivers bursts too" do
     opts =
       RakNet.Server.Config.new(EchoClient, 0,

@@ -441,19 +441,22 @@ impl Driver {
         let mut inbox = std::mem::take(&mut self.inbox);
         let mut read = 0;
         while read < RECV_BATCH {
-            match self.socket.try_recv_batch(&mut inbox) {
-                Ok(()) => {}
+            let drained = match self.socket.try_recv_batch(&mut inbox) {
+                Ok(drained) => drained,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 // ICMP port unreachable and the like surface here on Linux: not fatal.
                 Err(_) => {
                     read += 1;
                     continue;
                 }
-            }
+            };
             read += inbox.len().max(1);
             for Received { data, from, local } in inbox.drain(..) {
                 self.endpoint.handle(Instant::now(), from, data);
                 self.received_from(from, local);
+            }
+            if drained {
+                break;
             }
         }
         self.inbox = inbox;

@@ -138,16 +138,18 @@ impl Udp {
     }
 
     /// Receive what is waiting, up to [`BATCH`] datagrams in one call, appending them to
-    /// `out`. `WouldBlock` when nothing waits; another error (an ICMP error reported on the
-    /// socket) consumes that error only.
-    pub(crate) fn try_recv_batch(&mut self, out: &mut Vec<Received>) -> io::Result<()> {
+    /// `out`. `Ok(true)` when the call emptied the socket (a batch call that returned less
+    /// than it had room for): there is no need to ask again until it is readable, and the
+    /// call that would only have found nothing is saved. `WouldBlock` when nothing waits;
+    /// another error (an ICMP error reported on the socket) consumes that error only.
+    pub(crate) fn try_recv_batch(&mut self, out: &mut Vec<Received>) -> io::Result<bool> {
         #[cfg(target_os = "linux")]
         if self.mmsg {
             match sys::recv_many(&self.socket, self.pktinfo, &mut self.bufs, out) {
                 Err(e) if e.raw_os_error() == Some(nix::libc::ENOSYS) => self.mmsg = false,
                 done => {
                     self.counters.recv_calls += 1;
-                    let got = done?;
+                    let (got, drained) = done?;
                     self.counters.datagrams_in += got as u64;
                     // A full batch: more are probably waiting; read more per call next time.
                     if got == self.bufs.len() && got < BATCH {
@@ -155,7 +157,7 @@ impl Udp {
                         self.bufs
                             .extend(std::iter::repeat_with(|| vec![0; DATAGRAM_ROOM]).take(more));
                     }
-                    return Ok(());
+                    return Ok(drained);
                 }
             }
         }
@@ -170,7 +172,7 @@ impl Udp {
         self.bufs = bufs;
         out.push(got?);
         self.counters.datagrams_in += 1;
-        Ok(())
+        Ok(false)
     }
 
     /// Send the datagrams of `out` from index `from` on, in order, in batches where the system
@@ -299,15 +301,21 @@ mod sys {
     // it), cutting later control messages.
 
     /// One `recvmmsg` into `bufs`; returns how many datagrams it appended to `out`.
+    /// One `recvmmsg` into `bufs`: how many datagrams it read, and whether that emptied the
+    /// socket (fewer than `bufs` had room for). Then the socket's readiness is cleared as a
+    /// `WouldBlock` would clear it, which is safe: a datagram arriving after the call raises a
+    /// new edge-triggered event, so the loop is woken for it.
     pub(super) fn recv_many(
         socket: &UdpSocket,
         pktinfo: bool,
         bufs: &mut [Vec<u8>],
         out: &mut Vec<Received>,
-    ) -> io::Result<usize> {
+    ) -> io::Result<(usize, bool)> {
         let control = pktinfo.then(|| Vec::with_capacity(CONTROL_ROOM));
-        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(bufs.len(), control);
-        socket.try_io(Interest::READABLE, || {
+        let room = bufs.len();
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(room, control);
+        let mut read = None;
+        let done = socket.try_io(Interest::READABLE, || {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
                 .iter_mut()
                 .map(|b| [IoSliceMut::new(b.as_mut_slice())])
@@ -338,8 +346,17 @@ mod sys {
                     local,
                 });
             }
+            if n < room {
+                // Emptied: tell tokio so (clearing the readiness) without another call.
+                read = Some(n);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
             Ok(n)
-        })
+        });
+        match (done, read) {
+            (_, Some(n)) => Ok((n, true)),
+            (done, None) => done.map(|n| (n, false)),
+        }
     }
 
     /// One `sendmmsg` of `items`, all from `source` (the control message is shared), or as
