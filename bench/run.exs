@@ -532,6 +532,7 @@ defmodule Bench do
       keys = [
         :connections,
         :server_datagrams_per_syscall,
+        :server_inline_sends,
         :in_per_s,
         :p50_ms,
         :p99_ms,
@@ -606,6 +607,7 @@ defmodule Bench do
     %{
       connections: connections,
       server_datagrams_per_syscall: datagrams_per_syscall(server.sup),
+      server_inline_sends: inline_sends(server.sup),
       out_per_s: num(out, ~r/sent\s+\d+ messages \((\d+)\/s/),
       in_per_s: num(out, ~r/received\s+\d+ messages \((\d+)\/s/),
       p50_ms: num(out, ~r/p50 ([\d.]+) ms/),
@@ -630,6 +632,20 @@ defmodule Bench do
   The server socket's datagrams per receive and per send system call (recvmmsg / sendmmsg
   batch up to 32), `[in, out]`; `nil` from a NIF without these counters.
   """
+  @doc """
+  The server's sends carried out on the sender's scheduler: `[share of all sends, share of
+  those that still had to wake the endpoint thread]`.
+  """
+  def inline_sends(sup) do
+    stats = Enum.map(RakNet.Server.info(sup).endpoints, & &1.stats)
+    inline = Enum.sum(Enum.map(stats, &Map.get(&1, :inline_sends, 0)))
+    woke = Enum.sum(Enum.map(stats, &Map.get(&1, :inline_wakeups, 0)))
+    queued = Enum.sum(Enum.map(stats, &Map.get(&1, :commands, 0)))
+
+    if inline + queued > 0,
+      do: [Float.round(inline / (inline + queued), 2), Float.round(woke / max(inline, 1), 2)]
+  end
+
   def datagrams_per_syscall(sup) do
     case RakNet.Server.info(sup).endpoints do
       [%{stats: %{udp_recv_calls: r, udp_send_calls: s} = st} | _] when r > 0 and s > 0 ->

@@ -41,16 +41,20 @@ impl CommandTx {
         })
     }
 
-    /// Send a message: on this thread when the endpoint's thread waits and nothing is queued
-    /// ahead of it, through the channel otherwise.
+    /// Send a message on `conn`: on this thread when the endpoint's thread waits, nothing is
+    /// queued ahead of it and the connection is not in a burst, through the channel otherwise.
     pub(crate) fn send_message(
         &self,
-        key: u64,
+        conn: &ConnResource,
         data: Bytes,
         opts: SendOptions,
         receipt: Option<u32>,
     ) -> Result<(), Closed> {
-        match self.shared.try_send_inline(key, data, opts, receipt) {
+        let key = conn.key;
+        match self
+            .shared
+            .try_send_inline(key, &conn.last_send, data, opts, receipt)
+        {
             Ok(()) => Ok(()),
             Err(data) => self.send(Command::Send {
                 key,

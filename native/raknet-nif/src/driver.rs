@@ -42,9 +42,9 @@ const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Log lines an endpoint sends its owner per second at most; the rest are counted and
 /// reported with the next line (hostile traffic must not flood the logs).
 const LOG_LINES_PER_SECOND: u32 = 10;
-/// Sends of one endpoint closer together than this are a burst: they go through the thread,
-/// which packs them into fewer datagrams and system calls, instead of one datagram (and one
-/// system call) each on the caller's thread.
+/// Sends on one connection closer together than this are a burst: they go through the thread,
+/// which packs them into a datagram (or a few), instead of one datagram each on the caller's
+/// thread.
 const INLINE_GAP: Duration = Duration::from_micros(50);
 /// Local addresses remembered for peers without a connection, per generation (two are kept).
 /// At least `RECV_BATCH`, so that a datagram's replies always find the address it came to.
@@ -113,7 +113,7 @@ impl LocalAddrs {
 ///
 /// The thread holds `driver` for each turn of its loop and lets go of it while it waits. A
 /// `conn_send` on a scheduler thread that finds it free (`try_lock`: a scheduler never waits),
-/// with no command queued ahead of it and this endpoint's sends sparse, hands the message to
+/// with no command queued ahead of it and no burst of sends on that connection, hands the message to
 /// the engine and the datagram to the socket itself: the reply to a peer then crosses one
 /// thread less, and the endpoint's thread is not woken for it. Anything else goes through the
 /// channel, in order.
@@ -127,9 +127,7 @@ pub(crate) struct Shared {
     wake: Notify,
     /// Sends may be carried out on the caller's thread (the `inline_sends` option).
     inline: bool,
-    /// When this endpoint's last send was asked for (nanoseconds since `epoch`), by either
-    /// path: see [`INLINE_GAP`].
-    last_send: AtomicU64,
+    /// What connections' `last_send` times count from.
     epoch: Instant,
 }
 
@@ -140,7 +138,6 @@ impl Shared {
             queued: AtomicUsize::new(0),
             wake: Notify::new(),
             inline,
-            last_send: AtomicU64::new(0),
             epoch: Instant::now(),
         }
     }
@@ -156,19 +153,23 @@ impl Shared {
     }
 
     /// Carry out a send on the calling (scheduler) thread if the endpoint's thread is waiting,
-    /// nothing is queued ahead of it and the endpoint's sends are sparse. Never waits: `Err`
-    /// hands the data back for the channel.
+    /// nothing is queued ahead of it and the connection's previous send (`last_send`: when it
+    /// was asked for, by either path, in nanoseconds since `epoch`) was not a moment ago.
+    /// Never waits: `Err` hands the data back for the channel.
     pub(crate) fn try_send_inline(
         &self,
         key: u64,
+        last_send: &AtomicU64,
         data: Bytes,
         opts: SendOptions,
         receipt: Option<u32>,
     ) -> Result<(), Bytes> {
         let now = Instant::now();
-        let at =
-            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
-        let last = self.last_send.swap(at, Ordering::Relaxed);
+        // Counted from one gap in: a connection's first send (`last_send` 0) is sparse.
+        let at = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_add(INLINE_GAP.as_nanos() as u64);
+        let last = last_send.swap(at, Ordering::Relaxed);
         let sparse = at.saturating_sub(last) >= INLINE_GAP.as_nanos() as u64;
         if !self.inline || !sparse || self.queued.load(Ordering::SeqCst) != 0 {
             return Err(data);
@@ -334,8 +335,9 @@ pub(crate) struct Driver {
     lost: Vec<(LocalPid, ResourceArc<ConnResource>, u32)>,
     /// The deadline the thread sleeps until (`None`: none).
     armed: Option<Instant>,
-    /// Sends carried out on a caller's thread.
+    /// Sends carried out on a caller's thread, and those of them that woke the thread.
     inline_sends: u64,
+    inline_wakeups: u64,
     /// Connections with messages in their `batch` (batch delivery only).
     batched: Vec<ConnId>,
     log_window: Instant,
@@ -378,6 +380,7 @@ impl Driver {
             lost: Vec::new(),
             armed: None,
             inline_sends: 0,
+            inline_wakeups: 0,
             batched: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
@@ -434,7 +437,9 @@ impl Driver {
             (Some(_), None) => true,
             (None, _) => false,
         };
-        !sent_all || earlier || !self.deferred.is_empty() || !self.lost.is_empty()
+        let wake = !sent_all || earlier || !self.deferred.is_empty() || !self.lost.is_empty();
+        self.inline_wakeups += u64::from(wake);
+        wake
     }
 
     fn receive(&mut self) {
@@ -712,6 +717,7 @@ impl Driver {
                     ("commands", self.commands),
                     ("command_turns", self.command_turns),
                     ("inline_sends", self.inline_sends),
+                    ("inline_wakeups", self.inline_wakeups),
                 ],
             );
             let keys = [

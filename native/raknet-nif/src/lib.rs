@@ -629,7 +629,7 @@ fn conn_send<'a>(
         priority,
     };
     let data = Bytes::copy_from_slice(data.as_slice());
-    if conn.tx.send_message(conn.key, data, opts, receipt).is_err() {
+    if conn.tx.send_message(&conn, data, opts, receipt).is_err() {
         return error(env, atoms::closed());
     }
     match receipt {

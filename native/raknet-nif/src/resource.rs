@@ -89,6 +89,8 @@ pub(crate) struct ConnResource {
     /// Set by the endpoint thread when the connection ended: sends fail fast.
     pub(crate) closed: AtomicBool,
     pub(crate) next_receipt: AtomicU32,
+    /// When the last `conn_send` was made (see `driver::Shared::try_send_inline`).
+    pub(crate) last_send: AtomicU64,
     /// Bytes enqueued by `conn_send` that the endpoint thread has not taken yet.
     pub(crate) pending_bytes: AtomicUsize,
     /// The engine's queued + unacknowledged bytes, as last seen by the endpoint thread.
@@ -124,6 +126,7 @@ impl ConnResource {
             tx,
             closed: AtomicBool::new(false),
             next_receipt: AtomicU32::new(1),
+            last_send: AtomicU64::new(0),
             pending_bytes: AtomicUsize::new(0),
             backlog: AtomicUsize::new(0),
             undelivered: AtomicUsize::new(0),
