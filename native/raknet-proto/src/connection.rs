@@ -1374,6 +1374,22 @@ impl Connection {
         true
     }
 
+    /// Most reliable frames in flight: [`crate::Limits::max_reliable_in_flight`], or for BBR twice
+    /// the full-size datagrams its window holds, within
+    /// [`crate::Limits::max_bbr_reliable_in_flight`].
+    fn max_reliable_in_flight(&self) -> usize {
+        let limits = &self.config.limits;
+        match self.config.congestion {
+            CongestionControl::Reno => limits.max_reliable_in_flight,
+            CongestionControl::Bbr => {
+                let window = 2 * self.cc.window() / self.udp_budget().max(1);
+                window
+                    .min(limits.max_bbr_reliable_in_flight)
+                    .max(limits.max_reliable_in_flight)
+            }
+        }
+    }
+
     fn udp_budget(&self) -> usize {
         usize::from(self.mtu) - IP_UDP_HEADER_LEN
     }
@@ -1488,7 +1504,7 @@ impl Connection {
         }
         let mut new_reliable = Vec::new();
         let mut unreliable_receipts = Vec::new();
-        let max_in_flight = self.config.limits.max_reliable_in_flight;
+        let max_in_flight = self.max_reliable_in_flight();
         while let Some(p) = self.queue.peek().filter(|_| window_open) {
             let reliable = p.frame.reliability.is_reliable();
             if reliable && self.flight.reliable_in_flight() + new_reliable.len() >= max_in_flight {
