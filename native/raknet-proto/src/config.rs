@@ -158,9 +158,11 @@ pub enum CongestionControl {
     /// cruising it bounds its rate by the queueing delay it measures, so flows sharing a
     /// bottleneck converge to equal shares and keep the queue short (`tests/congestion.rs`).
     /// The queueing delay is the minimum over four round trips, so that per-datagram delay
-    /// jitter does not read as a queue (16 MiB over a 10 ms path with 5 ms of jitter that
-    /// reorders datagrams: 4–50 MB/s depending on the seed, Reno 1.0). Not the default: how
-    /// it shares a link with loss-based flows is not measured yet.
+    /// jitter does not read as a queue (16 MiB over a path of 10 ms each way with 5 ms of
+    /// jitter that reorders datagrams: 20–60 MB/s on the test's seeds, Reno 1.0). A queue
+    /// that a loss-based flow keeps (over 5 ms in most of 32 round trips) makes it compete as
+    /// an AIMD flow until a ProbeRTT finds the queue gone: against one Reno flow at a 2 MB/s
+    /// bottleneck it gets 0.77–0.93 MB/s (`bbr_and_reno_share_a_bottleneck`). Not the default.
     Bbr,
     /// Loss-based, as official RakNet ([`crate::SlidingWindow`], Reno-like): slow start,
     /// congestion avoidance, 0.7× on a NAK. Every loss reads as congestion, so throughput
