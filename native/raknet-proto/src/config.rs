@@ -42,8 +42,26 @@ pub struct Limits {
     /// [`crate::SendError::QueueFull`] beyond it. Default 64 MiB.
     pub max_send_queue_bytes: usize,
     /// Most reliable frames in flight (sent, not yet acknowledged) per connection; further
-    /// reliable frames wait in the queue. Default 1024 (official 512).
+    /// reliable frames wait in the queue. Default 1024 (official 512). A
+    /// [`CongestionControl::Bbr`] connection whose window holds more goes beyond it, up to
+    /// [`Limits::max_bbr_reliable_in_flight`].
     pub max_reliable_in_flight: usize,
+    /// Most reliable frames in flight per [`CongestionControl::Bbr`] connection. Its limit
+    /// follows its congestion window (which BBR sizes from the bandwidth-delay product):
+    /// twice the full-size datagrams the window holds, so that the window and not a frame
+    /// count bounds a bulk transfer, at most this and at least `max_reliable_in_flight`. A
+    /// fixed 1024 frames of about 1.4 kB cap a 20 ms path near 72 MB/s: 16 MiB at 0 % loss
+    /// take 0.35 s (47 MB/s), and 0.21 s (79 MB/s) with the window's limit, which peaks at
+    /// about 5900 frames. Default 16 384.
+    ///
+    /// Memory: a frame in flight holds a slice of its message, whose bytes the send queue limit
+    /// ([`Limits::max_send_queue_bytes`]) already counts, plus about 100–200 bytes of
+    /// bookkeeping (its record and a hash-map slot): at most about 3 MB per connection at the
+    /// default. The peer must accept that many reliable frames ahead of the oldest missing one:
+    /// this engine does up to [`Limits::max_reliable_window`] (65 536), official RakNet up to
+    /// 1 000 000; RakLib keeps a window of 2048 and drops what lies beyond it. To cap a BBR
+    /// connection at `n` frames, set both this and `max_reliable_in_flight` to `n`.
+    pub max_bbr_reliable_in_flight: usize,
     /// Most connections (including handshakes in progress) per endpoint; OCR2 beyond it
     /// is answered with 0x14. Default 1024.
     pub max_connections: usize,
@@ -66,6 +84,7 @@ impl Default for Limits {
             max_datagram_gap: 50_000,
             max_send_queue_bytes: 64 << 20,
             max_reliable_in_flight: 1024,
+            max_bbr_reliable_in_flight: 16_384,
             max_connections: 1024,
             max_early_messages: 64,
         }
@@ -139,9 +158,11 @@ pub enum CongestionControl {
     /// cruising it bounds its rate by the queueing delay it measures, so flows sharing a
     /// bottleneck converge to equal shares and keep the queue short (`tests/congestion.rs`).
     /// The queueing delay is the minimum over four round trips, so that per-datagram delay
-    /// jitter does not read as a queue (16 MiB over a 10 ms path with 5 ms of jitter that
-    /// reorders datagrams: 4–50 MB/s depending on the seed, Reno 1.0). Not the default: how
-    /// it shares a link with loss-based flows is not measured yet.
+    /// jitter does not read as a queue (16 MiB over a path of 10 ms each way with 5 ms of
+    /// jitter that reorders datagrams: 20–60 MB/s on the test's seeds, Reno 1.0). A queue
+    /// that a loss-based flow keeps (over 5 ms in most of 32 round trips) makes it compete as
+    /// an AIMD flow until a ProbeRTT finds the queue gone: against one Reno flow at a 2 MB/s
+    /// bottleneck it gets 0.77–0.93 MB/s (`bbr_and_reno_share_a_bottleneck`). Not the default.
     Bbr,
     /// Loss-based, as official RakNet ([`crate::SlidingWindow`], Reno-like): slow start,
     /// congestion avoidance, 0.7× on a NAK. Every loss reads as congestion, so throughput

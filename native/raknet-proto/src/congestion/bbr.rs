@@ -54,6 +54,14 @@ const CLEAR_QUEUE: Duration = Duration::from_millis(3);
 /// from its sending rate. Below it, RTT noise (jitter, ACK timing) that reads as a little queue
 /// cuts only by `min_rtt / rtt`.
 const DELIVERED_CUT_QUEUE: Duration = Duration::from_millis(5);
+/// Queueing delay that, carried by most rounds over [`COMPETING_ROUNDS`], reads as a queue
+/// that someone else keeps (see "Loss-based flows" at [`Bbr`]).
+const COMPETING_QUEUE: Duration = Duration::from_millis(5);
+/// Rounds in ProbeBW whose median queueing delay tells a standing queue from a passing one
+/// (another flow's startup queues for a few rounds; a loss-based flow keeps it).
+const COMPETING_ROUNDS: usize = 32;
+/// The competing window's cut after a round with losses (as [`crate::SlidingWindow`]'s).
+const COMPETING_DECREASE: f64 = 0.7;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -189,7 +197,11 @@ fn delay_rule_rate(
 /// - **ProbeBW**: cruise at the estimate, with one round at 1.25 (to find more bandwidth)
 ///   followed by one at 0.75 (to drain what that queued) every eight rounds; the window is
 ///   2 BDP, so a wrong estimate cannot build more than a BDP of queue. The estimate is
-///   bounded by the delay rule (below).
+///   bounded by the delay rule (below). The probe is skipped (that round cruises) when the
+///   delay rule found a queue after the last cruising round: the link has no bandwidth to
+///   spare, and probing only adds to the queue. Two flows through a 2 MB/s bottleneck with a
+///   deep queue (`tests/congestion.rs`) peaked at 13.6–20.2 ms of queueing delay over the
+///   initial phases seven seeds pick, and at 11.6–19.7 ms (nine seeds) with the skip.
 /// - **ProbeRTT**: when `min_rtt` has not been seen again for 10 s, keep four datagrams in
 ///   flight for 200 ms and a round trip, so that the queue drains and the propagation time
 ///   can be measured again (in BBRv1 this is also what slowly lets competing flows converge
@@ -222,6 +234,23 @@ fn delay_rule_rate(
 /// lifted. Rounds with a probing or draining phase do not count; the probe itself paces at
 /// 1.25 × the bounded rate. The minimum over four rounds is what keeps delay jitter from
 /// reading as a queue ([`filtered_queue_delay`]).
+///
+/// **Loss-based flows.** A loss-based flow (Reno, CUBIC, official RakNet) fills the bottleneck
+/// queue until it overflows, whatever the others do: the delay rule reads that queue as
+/// congestion and yields, and against one Reno flow at a 2 MB/s bottleneck this controller
+/// kept 0.26 MB/s with a queue of one BDP and 0.07 with four. So, as Copa does, it tells such
+/// a queue from one flows of its kind share: those keep a few datagrams queued per flow, and
+/// another flow's startup queues for a few rounds; a queue of more than 5 ms in most (the
+/// median) of the last 32 rounds in ProbeBW is someone else's. Then it **competes**: its
+/// window and rate are those of an AIMD flow in its place (doubling per round from what it
+/// had in flight until a round with losses, then a datagram more per round and 0.7× after
+/// each round with losses, paced at 1.25 windows per round trip), so that it gets about what
+/// a second loss-based flow would (0.77–0.93 MB/s of the 2, `tests/congestion.rs`). It stops
+/// when a ProbeRTT finds the queue gone with its own data out of it (within about 10 s of the
+/// competitor leaving); if the queue is still there, the propagation time measured before is
+/// kept. Flows of this kind alone read as competition too once their datagram or so each in
+/// the queue adds up to more than 5 ms (about 7 flows of full datagrams at 2 MB/s, 35 at
+/// 10 MB/s): they then share the link as AIMD flows do, with a fuller queue.
 ///
 /// A retransmission timeout (the peer stopped acknowledging anything) limits the window to
 /// four datagrams until the next acknowledgement: a dead path must not be paced into
@@ -273,6 +302,8 @@ pub struct Bbr {
     round_app_limited: bool,
     /// The delay rule's bound on the bandwidth (`None`: the estimate is used as it is).
     bw_lo: Option<f64>,
+    /// The queueing delay the delay rule acted on after the last cruising round.
+    last_round_queue: Duration,
     /// ACK aggregation: the most acknowledged beyond what `btlbw` explains, over the last
     /// ten rounds, and the current aggregation interval (start, bytes acknowledged in it).
     extra_acked: MaxFilter,
@@ -282,6 +313,18 @@ pub struct Bbr {
     timed_out: bool,
     /// Picks ProbeBW's first phase (flows that start together should not probe in step).
     seed: u64,
+    /// The queueing delay of each of the last [`COMPETING_ROUNDS`] rounds in ProbeBW.
+    recent_queues: VecDeque<Duration>,
+    /// While a loss-based flow keeps the bottleneck queue: the window, in bytes, of an AIMD
+    /// flow in this one's place, which replaces the model's window and rate (`None`: not
+    /// competing).
+    competing_window: Option<usize>,
+    /// The competing window doubles per round until a round with losses.
+    competing_slow_start: bool,
+    /// `min_rtt` before ProbeRTT measured it again while competing.
+    rtt_before_probe: Option<Duration>,
+    /// When ProbeRTT's window was reached, and the bytes delivered then.
+    probe_rtt_start: Option<(Instant, u64)>,
 }
 
 impl Bbr {
@@ -328,11 +371,17 @@ impl Bbr {
             round_delivered_datagrams: 0,
             round_app_limited: false,
             bw_lo: None,
+            last_round_queue: Duration::ZERO,
             extra_acked: MaxFilter::default(),
             aggregation_start: None,
             aggregation_bytes: 0,
             timed_out: false,
             seed,
+            recent_queues: VecDeque::new(),
+            competing_window: None,
+            competing_slow_start: false,
+            rtt_before_probe: None,
+            probe_rtt_start: None,
         }
     }
 
@@ -377,6 +426,7 @@ impl Bbr {
         self.cwnd_gain = PROBE_BW_CWND_GAIN;
         self.bw_lo = None;
         self.recent_round_mins.clear();
+        self.last_round_queue = Duration::ZERO;
         // Any phase but the draining one (as BBR: start cruising or probing, at random).
         self.seed = self
             .seed
@@ -394,6 +444,11 @@ impl Bbr {
         self.cycle_start = Some(now);
         self.lost_in_cycle = false;
         self.pacing_gain = PROBE_BW_GAINS[self.cycle];
+        if self.pacing_gain > 1.0 && self.last_round_queue > Duration::ZERO {
+            // The probe looks for bandwidth the estimate does not know of; a queue says the
+            // link has none to spare, and probing would only add to it. Cruise instead.
+            self.pacing_gain = 1.0;
+        }
     }
 
     fn advance_cycle(&mut self, now: Instant, bytes_in_flight: usize) {
@@ -462,7 +517,8 @@ impl Bbr {
                 Mode::ProbeRtt => {}
             }
         }
-        if self.round_cruising && !self.round_app_limited {
+        self.check_competition(now);
+        if self.round_cruising && !self.round_app_limited && self.competing_window.is_none() {
             self.apply_delay_rule(now);
         }
         self.round_start = Some((now, self.delivered));
@@ -474,6 +530,58 @@ impl Bbr {
         self.round_delivered_datagrams = 0;
         self.round_app_limited = false;
         self.round_cruising = self.mode == Mode::ProbeBw && self.pacing_gain == 1.0;
+    }
+
+    /// Whether a loss-based flow keeps the bottleneck queue, at the end of each round (see
+    /// "Loss-based flows" at [`Bbr`]); while competing, the window's cut after a round with
+    /// losses.
+    fn check_competition(&mut self, now: Instant) {
+        let lost = self.round_lost_datagrams > 0;
+        if let Some(window) = self.competing_window.as_mut() {
+            if lost {
+                self.competing_slow_start = false;
+                *window = ((*window as f64 * COMPETING_DECREASE) as usize)
+                    .max(self.mtu * MIN_WINDOW_DATAGRAMS);
+            }
+            return;
+        }
+        let (Some(round_min), Some(min_rtt), Some((start, _))) =
+            (self.round_min_rtt, self.min_rtt, self.round_start)
+        else {
+            return;
+        };
+        if self.mode != Mode::ProbeBw
+            || self.round_app_limited
+            || self.round_delivered_datagrams == 0
+        {
+            self.recent_queues.clear();
+            return;
+        }
+        let spacing = now.saturating_duration_since(start) / self.round_delivered_datagrams;
+        self.recent_queues
+            .push_back(queue_delay(round_min, min_rtt, spacing));
+        if self.recent_queues.len() > COMPETING_ROUNDS {
+            self.recent_queues.pop_front();
+        }
+        if self.recent_queues.len() < COMPETING_ROUNDS {
+            return;
+        }
+        let mut queues: Vec<Duration> = self.recent_queues.iter().copied().collect();
+        let (_, &mut median, _) = queues.select_nth_unstable(COMPETING_ROUNDS / 2);
+        if median <= COMPETING_QUEUE {
+            return;
+        }
+        self.recent_queues.clear();
+        // Start from what the flow kept in flight over the round: cut as after a loss if it
+        // lost some, else doubling per round until it does (a Reno flow's slow start).
+        let in_flight = self.round_rate(now).unwrap_or(0.0) * round_min.as_secs_f64();
+        let window = if lost {
+            in_flight * COMPETING_DECREASE
+        } else {
+            in_flight
+        };
+        self.competing_slow_start = !lost;
+        self.competing_window = Some((window as usize).max(self.min_window()));
     }
 
     /// The rate delivered over the last round.
@@ -501,6 +609,7 @@ impl Bbr {
             self.recent_round_mins.pop_front();
         }
         let queue = filtered_queue_delay(&self.recent_round_mins, min_rtt, spacing);
+        self.last_round_queue = queue;
         let target = delay_rule_rate(self.bw(), self.round_rate(now), min_rtt, queue, self.mtu);
         self.bw_lo = (target < self.btlbw.get()).then_some(target);
     }
@@ -509,6 +618,9 @@ impl Bbr {
         let expired = self
             .min_rtt_at
             .is_some_and(|at| now.saturating_duration_since(at) > MIN_RTT_WINDOW);
+        if expired && self.competing_window.is_some() {
+            self.rtt_before_probe = self.min_rtt;
+        }
         if self.min_rtt.is_none_or(|m| rtt < m) || expired {
             self.min_rtt = Some(rtt);
             self.min_rtt_at = Some(now);
@@ -528,12 +640,32 @@ impl Bbr {
         match self.probe_rtt_done {
             None if bytes_in_flight <= self.min_window() => {
                 self.probe_rtt_done = Some(now + PROBE_RTT_TIME);
+                self.probe_rtt_start = Some((now, self.delivered));
                 self.probe_rtt_round_done = false;
                 self.next_round_delivered = self.delivered;
             }
             None => {}
             Some(done) if self.probe_rtt_round_done && now >= done => {
                 self.min_rtt_at = Some(now);
+                if let (Some(before), Some(measured), Some((start, delivered))) = (
+                    self.rtt_before_probe.take(),
+                    self.min_rtt,
+                    self.probe_rtt_start,
+                ) {
+                    // The few datagrams in flight wait for the peer's ACK delay: discount
+                    // their spacing, as the delay rule does.
+                    let datagrams = (self.delivered - delivered) / self.mtu as u64;
+                    let spacing =
+                        now.saturating_duration_since(start) / datagrams.clamp(1, 1 << 20) as u32;
+                    if queue_delay(measured, before, spacing) <= COMPETING_QUEUE {
+                        // With this flow's data out of it the queue drained: it was this
+                        // flow's own.
+                        self.competing_window = None;
+                    }
+                    // Either way the propagation time is the one measured before (ProbeRTT's
+                    // samples carry the peer's ACK delay).
+                    self.min_rtt = Some(before.min(measured));
+                }
                 self.cwnd = self.cwnd.max(self.prior_cwnd);
                 if self.filled_pipe {
                     self.enter_probe_bw(now);
@@ -601,10 +733,11 @@ impl Bbr {
 
 impl Controller for Bbr {
     fn window(&self) -> usize {
+        let cwnd = self.competing_window.unwrap_or(self.cwnd);
         if self.mode == Mode::ProbeRtt || self.timed_out {
-            self.cwnd.min(self.min_window())
+            cwnd.min(self.min_window())
         } else {
-            self.cwnd
+            cwnd
         }
     }
 
@@ -653,11 +786,24 @@ impl Controller for Bbr {
         self.update_min_rtt(s.now, s.rtt, s.bytes_in_flight);
         self.update_aggregation(s.now, s.bytes);
         self.set_cwnd(s.bytes);
+        if let Some(window) = self.competing_window.as_mut().filter(|_| !s.app_limited) {
+            // Slow start, or a datagram per window acknowledged (congestion avoidance).
+            let growth = if self.competing_slow_start {
+                s.bytes
+            } else {
+                (self.mtu * s.bytes / (*window).max(1)).max(1)
+            };
+            *window = (*window + growth).min(self.max_window);
+        }
     }
 
     fn on_congestion_event(&mut self, _seq: DatagramSeq, event: CongestionEvent) {
         if event == CongestionEvent::Timeout {
             self.timed_out = true;
+            if let Some(window) = self.competing_window.as_mut() {
+                self.competing_slow_start = false;
+                *window = self.mtu * MIN_WINDOW_DATAGRAMS;
+            }
         }
     }
 
@@ -670,10 +816,15 @@ impl Controller for Bbr {
     fn on_sent(&mut self, _seq: DatagramSeq) {}
 
     fn in_slow_start(&self) -> bool {
-        self.mode == Mode::Startup
+        self.mode == Mode::Startup || (self.competing_window.is_some() && self.competing_slow_start)
     }
 
     fn pacing_rate(&self, srtt: Duration) -> Option<f64> {
+        if let Some(window) = self.competing_window {
+            // As a window-based controller: 1.25 windows per round trip.
+            let rtt = srtt.as_secs_f64();
+            return (rtt > 0.0).then(|| 1.25 * window as f64 / rtt);
+        }
         let rate = self.pacing_gain * self.bw();
         if self.filled_pipe {
             return Some(rate);
@@ -766,6 +917,23 @@ mod tests {
         let rate = 1_000.0 / 0.002;
         let kept = delay_rule_rate(rate, Some(rate), min, 2 * MS, mtu);
         assert!((kept - rate).abs() < 1e-6, "{kept}");
+    }
+
+    #[test]
+    fn the_probe_is_skipped_while_the_last_cruising_round_saw_a_queue() {
+        let now = Instant::now();
+        let mut cc = Bbr::new(1_000, 1 << 24, 1);
+        cc.mode = Mode::ProbeBw;
+        cc.cycle = 0;
+        cc.start_phase(now);
+        assert_eq!(cc.pacing_gain, 1.25, "no queue: probe");
+        cc.last_round_queue = 2 * MS;
+        cc.start_phase(now);
+        assert_eq!(cc.pacing_gain, 1.0, "a queue: cruise");
+        // The draining phase is kept.
+        cc.cycle = 1;
+        cc.start_phase(now);
+        assert_eq!(cc.pacing_gain, 0.75);
     }
 
     /// Flows through a FIFO bottleneck of `capacity` bytes per second with a `one_way` delay
