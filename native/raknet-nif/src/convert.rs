@@ -148,6 +148,9 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
     };
     let strip_timestamps = get::<bool>(map, "strip_timestamps").unwrap_or(true);
     let congestion = congestion_option(map)?.unwrap_or_default();
+    let in_flight = get::<usize>(map, "max_reliable_in_flight")
+        .ok()
+        .map(|n| n.max(1));
     let config = EndpointConfig {
         rng_seed: seed(),
         guid,
@@ -172,10 +175,11 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             // Optional: the engine's default unless given.
             max_endpoint_buffered_bytes: get::<usize>(map, "max_buffered_bytes")
                 .unwrap_or(Limits::default().max_endpoint_buffered_bytes),
-            // Tests only: fewer frames in flight towards a peer with a small receive buffer.
-            max_reliable_in_flight: get::<usize>(map, "max_reliable_in_flight")
-                .unwrap_or(Limits::default().max_reliable_in_flight)
-                .max(1),
+            // Tests only: fewer frames in flight towards a peer with a small receive buffer
+            // (whichever the congestion controller).
+            max_reliable_in_flight: in_flight.unwrap_or(Limits::default().max_reliable_in_flight),
+            max_bbr_reliable_in_flight: in_flight
+                .unwrap_or(Limits::default().max_bbr_reliable_in_flight),
             ..Limits::default()
         },
         admission: admission(map)?,
