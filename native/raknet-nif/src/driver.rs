@@ -207,19 +207,24 @@ impl Shared {
         let mut guard = self.lock();
         let driver = guard.as_mut()?;
         // Everything enqueued up to now, in order, before any datagram: a new MOTD before a
-        // ping, a send before the peer's ACK.
-        while let Ok(cmd) = rx.try_recv() {
-            cmds.push(cmd);
-        }
-        if !cmds.is_empty() {
-            driver.command_turns += 1;
-        }
-        for cmd in cmds.drain(..) {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-            driver.commands += 1;
-            driver.command(cmd);
-        }
-        driver.receive();
+        // ping, a send before the peer's ACK. And again after each read from the socket,
+        // before its datagrams: a command enqueued before a datagram was sent (a limit set
+        // before a client connected) is visible by the time the datagram is read.
+        let mut applied = 0;
+        let mut apply = |driver: &mut Driver| {
+            while let Ok(cmd) = rx.try_recv() {
+                cmds.push(cmd);
+            }
+            for cmd in cmds.drain(..) {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                applied += 1;
+                driver.command(cmd);
+            }
+        };
+        apply(driver);
+        driver.receive(&mut apply);
+        driver.commands += applied;
+        driver.command_turns += u64::from(applied > 0);
         let now = Instant::now();
         driver.endpoint.handle_timeout(now);
         if driver.next_stall_check.is_some_and(|t| now >= t) {
@@ -442,7 +447,9 @@ impl Driver {
         wake
     }
 
-    fn receive(&mut self) {
+    /// Read what waits on the socket (up to [`RECV_BATCH`] datagrams) and hand it to the
+    /// engine; `before` runs after each read, before its datagrams are handled.
+    fn receive(&mut self, before: &mut dyn FnMut(&mut Driver)) {
         let mut inbox = std::mem::take(&mut self.inbox);
         let mut read = 0;
         while read < RECV_BATCH {
@@ -456,6 +463,7 @@ impl Driver {
                 }
             };
             read += inbox.len().max(1);
+            before(self);
             for Received { data, from, local } in inbox.drain(..) {
                 self.endpoint.handle(Instant::now(), from, data);
                 self.received_from(from, local);
