@@ -400,6 +400,8 @@ defmodule Bench do
     {:ok, conn} = RakNet.connect("127.0.0.1", relay_port, timeout: 10_000, congestion_control: cc)
 
     message = <<0x88, :binary.copy(<<0>>, @bulk_bytes - 1)::binary>>
+    gso0 = sender_gso(conn)
+    cpu0 = cpu_seconds()
     t0 = System.monotonic_time(:microsecond)
     {:ok, _} = RakNet.Connection.send(conn, :reliable_ordered, message)
 
@@ -410,6 +412,8 @@ defmodule Bench do
         300_000 -> raise "16 MiB did not arrive in 300 s at #{loss} loss"
       end
 
+    cpu1 = cpu_seconds()
+    gso1 = sender_gso(conn)
     {:ok, stats} = RakNet.Connection.info(conn)
     RakNet.Connection.close(conn)
     seconds = (t1 - t0) / 1_000_000
@@ -417,9 +421,42 @@ defmodule Bench do
     %{
       seconds: Float.round(seconds, 3),
       mb_per_s: Float.round(@bulk_bytes / 1_000_000 / seconds, 1),
+      # This VM's CPU time (sender, server and their threads; not the relay's), when known.
+      cpu_s: if(cpu0 && cpu1, do: Float.round(cpu1 - cpu0, 2)),
+      # The sender's datagrams that left in UDP GSO runs, and those runs' system calls.
+      gso_datagrams: gso1.udp_gso_datagrams - gso0.udp_gso_datagrams,
+      gso_sends: gso1.udp_gso_sends - gso0.udp_gso_sends,
       datagrams_out: stats.stats.datagrams_out,
       resends: stats.stats.resends
     }
+  end
+
+  # The GSO counters of the client endpoint that holds `conn`.
+  defp sender_gso(conn) do
+    {:ok, %{local_address: {ip, port}}} = RakNet.Connection.info(conn)
+    family = if tuple_size(ip) == 4, do: :inet, else: :inet6
+
+    RakNet.ClientEndpoint.endpoints()
+    |> Map.get(family, [])
+    |> Enum.map(&RakNet.Native.endpoint_info/1)
+    |> Enum.find(%{stats: %{}}, &(&1.port == port))
+    |> Map.fetch!(:stats)
+    |> Map.take([:udp_gso_datagrams, :udp_gso_sends])
+    |> then(&Map.merge(%{udp_gso_datagrams: 0, udp_gso_sends: 0}, &1))
+  end
+
+  # User and system CPU time of this OS process (all its threads) in seconds, from
+  # /proc/self/stat (Linux; clock ticks of 10 ms); nil elsewhere.
+  defp cpu_seconds do
+    with {:ok, stat} <- File.read("/proc/self/stat"),
+         [_, rest] <- String.split(stat, ") ", parts: 2),
+         fields = String.split(rest),
+         {utime, ""} <- Integer.parse(Enum.at(fields, 11)),
+         {stime, ""} <- Integer.parse(Enum.at(fields, 12)) do
+      (utime + stime) / 100
+    else
+      _ -> nil
+    end
   end
 
   # -- 7. send/3 to a connection pid (a registry look-up) against a connection handle ---------
@@ -744,6 +781,9 @@ defmodule Bench do
 end
 
 Logger.configure(level: :warning)
+# BENCH_GSO=0: every datagram sent on its own, no UDP GSO runs (Linux), by the servers and by
+# the node's client endpoints (read when each endpoint starts).
+if System.get_env("BENCH_GSO", "1") == "0", do: Application.put_env(:raknet, :udp_gso, false)
 started = System.monotonic_time(:second)
 n = Bench.runs()
 
@@ -825,7 +865,15 @@ ours = m.(official, :ours)
 theirs = m.(official, :official)
 us = fn ms -> ms && ms * 1000 end
 lat = %{p50_us: us.(m.(latency, :p50_ms)), p99_us: us.(m.(latency, :p99_ms))}
-b0 = %{seconds: m.(bulk0, :seconds), mb_per_s: m.(bulk0, :mb_per_s)}
+
+b0 = %{
+  seconds: m.(bulk0, :seconds),
+  mb_per_s: m.(bulk0, :mb_per_s),
+  cpu_s: m.(bulk0, :cpu_s),
+  gso_datagrams: m.(bulk0, :gso_datagrams),
+  gso_sends: m.(bulk0, :gso_sends)
+}
+
 b5 = %{seconds: m.(bulk5, :seconds), mb_per_s: m.(bulk5, :mb_per_s), resends: m.(bulk5, :resends)}
 
 b5_bbr = %{
@@ -900,7 +948,11 @@ rows =
     ],
     [
       "3. 16 MiB reliable_ordered, 0 % loss (relay)",
-      c.(bulk0, "#{f.(b0.mb_per_s)} MB/s, #{f.(b0.seconds)} s"),
+      c.(
+        bulk0,
+        "#{f.(b0.mb_per_s)} MB/s, #{f.(b0.seconds)} s, #{f.(b0.cpu_s)} s CPU; " <>
+          "GSO: #{f.(b0.gso_datagrams)} datagrams in #{f.(b0.gso_sends)} sends"
+      ),
       "simulator >= 100 MB/s",
       "simulator at 20 ms RTT, 0 % loss: reno #{f.(sim_bulk.(engine, "reno", 0))} / bbr #{f.(sim_bulk.(engine, "bbr", 0))} MB/s"
     ],

@@ -169,7 +169,9 @@ defmodule RakNet.ClientEndpoint do
       max_pending_deliveries: 10_000,
       max_pending_bytes: 4_194_304,
       # One socket per endpoint, running on one of the node's shared client threads.
-      shared_thread: true
+      shared_thread: true,
+      # As a server's (RakNet.Server.Config.to_native/3): tests and benchmarks only.
+      gso: Application.get_env(:raknet, :udp_gso, true)
     }
   end
 

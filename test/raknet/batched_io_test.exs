@@ -4,6 +4,8 @@ defmodule RakNet.BatchedIoTest do
   # address the client sent to when the server listens on every address.
   use ExUnit.Case, async: false
 
+  import Bitwise
+
   alias RakNet.Connection
   alias RakNet.Test.{EchoClient, GreeterClient}
 
@@ -80,6 +82,10 @@ defmodule RakNet.BatchedIoTest do
 
         assert stats.udp_datagrams_out / stats.udp_send_calls > 1.5,
                "#{stats.udp_datagrams_out} datagrams in #{stats.udp_send_calls} send calls"
+
+        # The echoes of a burst, datagrams of one size to one peer, went in UDP_SEGMENT runs
+        # (every address: with the IP_PKTINFO source in the same message).
+        assert stats.udp_gso_sends > 0, inspect(stats)
       end
 
       {:ok, info} = Connection.info(conn)
@@ -108,6 +114,222 @@ defmodule RakNet.BatchedIoTest do
 
       Connection.close(conn)
     end
+  end
+
+  if match?({:unix, :linux}, :os.type()) do
+    for gso <- [true, false] do
+      test "a 1 MiB message to one peer leaves in UDP_SEGMENT runs (udp_gso: #{gso}), intact and in order" do
+        gso = unquote(gso)
+        # Read when the server's endpoints start (the node's client endpoints started earlier).
+        Application.put_env(:raknet, :udp_gso, gso)
+        on_exit(fn -> Application.delete_env(:raknet, :udp_gso) end)
+        {server, port} = RakNet.Test.Server.start!(EchoClient, endpoint_threads: 1)
+        Application.delete_env(:raknet, :udp_gso)
+        assert {:ok, conn} = RakNet.connect("127.0.0.1", port)
+
+        # Split into ~720 datagrams of one size (the last shorter) each way: the echo is the
+        # server's bulk transfer to one peer.
+        message = <<0x86, counting(1 <<< 20)::binary>>
+        assert {:ok, nil} = Connection.send(conn, :reliable_ordered, message)
+        <<_, body::binary>> = message
+        assert_receive {:raknet, ^conn, 0x86, echoed, _}, 20_000
+        assert echoed == body
+
+        [endpoint] = RakNet.Server.info(server).endpoints
+        stats = endpoint.stats
+        {:ok, %{stats: client}} = Connection.info(conn)
+
+        # Every split datagram came once, in order: a datagram missing or overtaken would have
+        # been NAKed by the client.
+        assert client.naks_sent == 0, inspect(client)
+        assert client.duplicates == 0, inspect(client)
+        assert client.datagrams_in > 700
+
+        if gso do
+          assert stats.udp_gso_sends > 0, inspect(stats)
+          assert stats.udp_gso_refused == 0
+          # Several datagrams per segmented send, and most of the transfer went that way.
+          assert stats.udp_gso_datagrams / stats.udp_gso_sends > 2,
+                 "#{stats.udp_gso_datagrams} datagrams in #{stats.udp_gso_sends} GSO sends"
+
+          assert stats.udp_gso_datagrams > client.datagrams_in / 2, inspect(stats)
+          assert stats.udp_gso_datagrams <= stats.udp_datagrams_out
+          assert stats.udp_gso_sends <= stats.udp_send_calls
+        else
+          assert stats.udp_gso_sends == 0
+          assert stats.udp_gso_datagrams == 0
+        end
+
+        Connection.close(conn)
+      end
+    end
+  end
+
+  if match?({:unix, :linux}, :os.type()) do
+    test "a burst of unreliable_sequenced datagrams of one size leaves in UDP_SEGMENT runs, none overtaken" do
+      opts =
+        RakNet.Server.Config.new(EchoClient, 0,
+          ip: "127.0.0.1",
+          open_ipv6_socket: false,
+          batch_delivery: false
+        )
+        |> RakNet.Server.Config.to_native(:inet)
+
+      {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+      %{port: port} = RakNet.Native.endpoint_info(endpoint)
+      assert {:ok, client} = RakNet.connect("127.0.0.1", port)
+      assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+
+      # One message per datagram, all of one size. Sequenced: a message that arrives after a
+      # later one is dropped (stale_dropped), so two datagrams sent out of order lose one.
+      for i <- 1..@burst do
+        assert {:ok, nil} =
+                 RakNet.Native.conn_send(conn, :unreliable_sequenced, 0, :medium, payload(i))
+      end
+
+      for i <- 1..@burst do
+        <<type, rest::binary>> = payload(i)
+
+        receive do
+          {:raknet, ^client, got_type, got, _} -> assert {got_type, got} == {type, rest}
+        after
+          10_000 -> flunk("message #{i} of #{@burst} did not arrive")
+        end
+      end
+
+      {:ok, %{stats: client_stats}} = Connection.info(client)
+      assert client_stats.stale_dropped == 0
+      %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
+      assert stats.udp_gso_datagrams > @burst / 2, inspect(stats)
+      Connection.close(client)
+      RakNet.Native.endpoint_stop(endpoint)
+    end
+  end
+
+  if match?({:unix, :linux}, :os.type()) do
+    test "when the kernel refuses a UDP_SEGMENT send, the socket sends one datagram per entry from then on" do
+      opts =
+        RakNet.Server.Config.new(EchoClient, 0,
+          ip: "127.0.0.1",
+          open_ipv6_socket: false,
+          batch_delivery: false
+        )
+        |> RakNet.Server.Config.to_native(:inet)
+        # Tests only: the first segmented send asks for more segments than the kernel takes.
+        |> Map.put(:gso_fault, true)
+
+      {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+      %{port: port} = RakNet.Native.endpoint_info(endpoint)
+      assert {:ok, client} = RakNet.connect("127.0.0.1", port)
+      assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+
+      body = counting(1 <<< 20)
+
+      assert {:ok, nil} =
+               RakNet.Native.conn_send(
+                 conn,
+                 :reliable_ordered,
+                 0,
+                 :medium,
+                 <<0x86, body::binary>>
+               )
+
+      assert_receive {:raknet, ^client, 0x86, echoed, _}, 20_000
+      assert echoed == body
+
+      %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
+      # Refused once (the datagrams of that call went again, one per entry), then not tried.
+      assert stats.udp_gso_refused == 1, inspect(stats)
+      assert stats.udp_gso_sends == 0, inspect(stats)
+      assert stats.udp_datagrams_out > 700
+      {:ok, %{stats: client_stats}} = Connection.info(client)
+      assert client_stats.naks_sent == 0, inspect(client_stats)
+      Connection.close(client)
+      RakNet.Native.endpoint_stop(endpoint)
+    end
+  end
+
+  if match?({:unix, :linux}, :os.type()) do
+    for {host, dual_stack, target} <- [{"::", true, "127.0.0.2"}, {"::", false, "::1"}] do
+      test "UDP_SEGMENT runs from #{host} (dual_stack: #{dual_stack}) to a client of #{target} leave from the address it sent to" do
+        opts =
+          RakNet.Server.Config.new(EchoClient, 0, batch_delivery: false)
+          |> RakNet.Server.Config.to_native(:inet6)
+          |> Map.merge(%{host: unquote(host), dual_stack: unquote(dual_stack)})
+
+        {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+        %{port: port} = RakNet.Native.endpoint_info(endpoint)
+        # The client drops datagrams from any address but the one it sent to.
+        assert {:ok, client} = RakNet.connect(unquote(target), port)
+        assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+        client_endpoint = client_endpoint(client)
+        %{stats: before} = RakNet.Native.endpoint_info(client_endpoint)
+
+        body = counting(256 <<< 10)
+
+        assert {:ok, nil} =
+                 RakNet.Native.conn_send(
+                   conn,
+                   :reliable_ordered,
+                   0,
+                   :medium,
+                   <<0x86, body::binary>>
+                 )
+
+        assert_receive {:raknet, ^client, 0x86, echoed, _}, 20_000
+        assert echoed == body
+        %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
+        assert stats.udp_gso_sends > 0, inspect(stats)
+        # None of them came from another address (the client drops those as unknown_peer).
+        %{stats: later} = RakNet.Native.endpoint_info(client_endpoint)
+        assert later.unknown_peer == before.unknown_peer
+        Connection.close(client)
+        RakNet.Native.endpoint_stop(endpoint)
+      end
+    end
+  end
+
+  test "messages of mixed sizes to two peers at once are echoed in order and intact" do
+    {server, port} = RakNet.Test.Server.start!(EchoClient, endpoint_threads: 1)
+    assert {:ok, a} = RakNet.connect("127.0.0.1", port)
+    assert {:ok, b} = RakNet.connect("127.0.0.1", port)
+    # Sizes from one datagram's worth or less to many: the server's outbox mixes runs of
+    # datagrams of one size, shorter last datagrams, single ones and both peers.
+    sizes = [1, 40_000, 300, 1_400, 9_000, 65_000, 2, 3_000, 120_000, 700]
+
+    messages =
+      for {size, i} <- Enum.with_index(Enum.concat(List.duplicate(sizes, 3))), do: {size, i}
+
+    for {size, i} <- messages, conn <- [a, b] do
+      tag = if conn == a, do: 1, else: 2
+      assert {:ok, nil} = Connection.send(conn, :reliable_ordered, mixed(tag, i, size))
+    end
+
+    # Each peer's echoes in the order sent: the next message from that peer is the next one.
+    for {conn, tag} <- [{a, 1}, {b, 2}], {size, i} <- messages do
+      <<type, rest::binary>> = mixed(tag, i, size)
+
+      receive do
+        {:raknet, ^conn, got_type, got, _} ->
+          assert {got_type, byte_size(got), got} == {type, byte_size(rest), rest}, "message #{i}"
+      after
+        20_000 -> flunk("no echo #{i} from peer #{tag}")
+      end
+    end
+
+    for conn <- [a, b] do
+      {:ok, %{stats: stats}} = Connection.info(conn)
+      assert stats.naks_sent == 0, inspect(stats)
+    end
+
+    if match?({:unix, :linux}, :os.type()) do
+      [%{stats: stats}] = RakNet.Server.info(server).endpoints
+      assert stats.udp_gso_sends > 0, inspect(stats)
+      assert stats.udp_gso_sends < stats.udp_send_calls, inspect(stats)
+    end
+
+    Connection.close(a)
+    Connection.close(b)
   end
 
   test "the portable path (one datagram per call, as on systems without recvmmsg) delivers bursts too" do
@@ -280,6 +502,25 @@ defmodule RakNet.BatchedIoTest do
     after
       0 -> Enum.reverse(acc)
     end
+  end
+
+  # The node's client endpoint that holds `conn`.
+  defp client_endpoint(conn) do
+    {:ok, %{local_address: {ip, local_port}}} = Connection.info(conn)
+    family = if tuple_size(ip) == 4, do: :inet, else: :inet6
+
+    Enum.find(RakNet.ClientEndpoint.endpoints()[family], fn endpoint ->
+      RakNet.Native.endpoint_info(endpoint).port == local_port
+    end)
+  end
+
+  # 4-byte big-endian counters: a datagram dropped, repeated or swapped shows.
+  defp counting(bytes), do: for(i <- 0..(div(bytes, 4) - 1), into: <<>>, do: <<i::32>>)
+
+  # 0x86, the peer's tag, the index, then filler that depends on both.
+  defp mixed(tag, i, size) do
+    filler = :binary.copy(<<rem(i * 7 + tag, 251)>>, size)
+    <<0x86, tag, i::32, filler::binary>>
   end
 
   # 0x86, the index, then filler that depends on it: a datagram mixed up with another fails.

@@ -523,7 +523,8 @@ defmodule RakNet.ServerTest do
                  :strip_timestamps,
                  :congestion_control,
                  :batch_delivery,
-                 :inline_sends
+                 :inline_sends,
+                 :gso
                ])
     end
 

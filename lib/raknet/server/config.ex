@@ -542,6 +542,9 @@ defmodule RakNet.Server.Config do
       congestion_control: c.congestion_control,
       batch_delivery: c.batch_delivery,
       inline_sends: c.inline_sends,
+      # Tests and benchmarks only: `config :raknet, udp_gso: false` sends every datagram on
+      # its own instead of runs to one peer with UDP_SEGMENT (Linux).
+      gso: Application.get_env(:raknet, :udp_gso, true),
       handshake_timeout_ms: c.handshake_timeout_ms,
       # Shared by the endpoints of a group (max_connections too): not divided.
       max_connections_per_ip: c.max_connections_per_ip,

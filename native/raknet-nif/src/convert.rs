@@ -26,6 +26,10 @@ pub(crate) struct EndpointOptions {
     /// `recvmmsg` / `sendmmsg` where the system has them; `false` (tests only) takes the
     /// portable one-datagram-per-call path.
     pub(crate) batched_io: bool,
+    /// Runs of datagrams to one peer go as one `UDP_SEGMENT` send where the kernel has it;
+    /// `gso: false` (tests and benchmarks) sends each as its own datagram, `gso_fault: true`
+    /// (tests) makes the kernel refuse the first such send.
+    pub(crate) gso: crate::udp::Gso,
     /// Sends may be carried out on the caller's scheduler thread while the endpoint's thread
     /// waits (`driver::Shared`); `false` sends everything through the thread.
     pub(crate) inline_sends: bool,
@@ -205,6 +209,14 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         fault_injection: get::<bool>(map, "fault_injection").unwrap_or(false),
         batch_delivery: get::<bool>(map, "batch_delivery").unwrap_or(false),
         batched_io: get::<bool>(map, "batched_io").unwrap_or(true),
+        gso: match (
+            get::<bool>(map, "gso").unwrap_or(true),
+            get::<bool>(map, "gso_fault").unwrap_or(false),
+        ) {
+            (false, _) => crate::udp::Gso::Off,
+            (true, false) => crate::udp::Gso::On,
+            (true, true) => crate::udp::Gso::RefuseFirst,
+        },
         inline_sends: get::<bool>(map, "inline_sends").unwrap_or(true),
         config,
         budget: crate::resource::DeliveryBudget {

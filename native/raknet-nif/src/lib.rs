@@ -337,11 +337,13 @@ fn start_endpoints<'a>(
         env.monitor(&me, &owner);
         let thread_me = me.clone();
         let batched_io = options.batched_io;
+        let gso = options.gso;
         let driver = async move {
             let socket = udp::Udp::new(
                 tokio::net::UdpSocket::from_std(socket)?,
                 pktinfo,
                 batched_io,
+                gso,
             );
             let driver = driver::Driver::new(endpoint, socket, thread_me, owner);
             driver::run(shared, driver, rx).await;

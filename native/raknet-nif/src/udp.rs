@@ -12,6 +12,12 @@
 //! On Linux datagrams are read and written in batches, up to [`BATCH`] per system call, with
 //! `recvmmsg` / `sendmmsg` (the same control messages per datagram); elsewhere, or where the
 //! kernel lacks them (`ENOSYS`), one call per datagram.
+//!
+//! On Linux 4.18 and later, consecutive datagrams to one peer of one size (a bulk transfer's
+//! split packets; the last may be shorter) go as one buffer with a `UDP_SEGMENT` control
+//! message (UDP generic segmentation offload): the kernel passes the run through its stack
+//! once and cuts it into the same datagrams at the end (in the network card where it can).
+//! Where the kernel refuses it the socket goes back to one datagram per `sendmmsg` entry.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -51,6 +57,7 @@ struct Outgoing {
 }
 
 impl Outbox {
+    /// Adds a datagram after those already held.
     pub(crate) fn push(&mut self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(data);
@@ -81,6 +88,126 @@ impl Outbox {
             .get(item.start..item.start + item.len)
             .unwrap_or(&[])
     }
+
+    /// The bytes of consecutive `items`, one after another as they were pushed.
+    #[cfg(target_os = "linux")]
+    fn span(&self, items: &[Outgoing]) -> &[u8] {
+        match (items.first(), items.last()) {
+            (Some(first), Some(last)) => self
+                .bytes
+                .get(first.start..last.start + last.len)
+                .unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+}
+
+/// Datagrams one `UDP_SEGMENT` send carries at most: the kernel's `UDP_MAX_SEGMENTS` (64 from
+/// 4.18; later kernels allow more).
+#[cfg(target_os = "linux")]
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Bytes one `UDP_SEGMENT` send carries at most: before segmentation the run is one IP packet,
+/// whose 16-bit length covers its headers too: 65,535 - 20 (IPv4 header) - 8 (UDP header) =
+/// 65,507 (IPv6 allows 65,527; a dual-stack socket sends IPv4 too, so the IPv4 bound for all).
+/// At RakNet's largest datagram (1,492 - 28 = 1,464 bytes) that is 44 datagrams.
+#[cfg(target_os = "linux")]
+const GSO_MAX_BYTES: usize = 65_535 - 20 - 8;
+
+/// How many datagrams from the first of `items` on can go as one `UDP_SEGMENT` send: those
+/// with its destination and source and its length, then perhaps one shorter (which ends the
+/// run: the kernel cuts every segment but the last at the first one's length), within
+/// [`GSO_MAX_SEGMENTS`] and [`GSO_MAX_BYTES`]. 1 when the next datagram cannot join.
+#[cfg(target_os = "linux")]
+fn gso_run(items: &[Outgoing]) -> usize {
+    let Some(first) = items.first() else {
+        return 0;
+    };
+    let max = match first.len {
+        0 => 1,
+        len => (GSO_MAX_BYTES / len).min(GSO_MAX_SEGMENTS),
+    };
+    let mut n = 1;
+    for item in items.iter().skip(1) {
+        if n >= max
+            || item.to != first.to
+            || item.source != first.source
+            || item.len == 0
+            || item.len > first.len
+        {
+            break;
+        }
+        n += 1;
+        if item.len < first.len {
+            break;
+        }
+    }
+    n
+}
+
+/// One system call's worth of a run of datagrams that share their source: entries of
+/// `sendmmsg`, each a range of datagrams (one datagram each without GSO), and the segment size
+/// they share under GSO. Every entry of a GSO call is a run of [`gso_run`] of that size, at
+/// least two datagrams; a call without GSO stops where such a run begins.
+#[cfg(target_os = "linux")]
+struct Call {
+    entries: Vec<std::ops::Range<usize>>,
+    segment: Option<u16>,
+}
+
+#[cfg(target_os = "linux")]
+impl Call {
+    fn plan(items: &[Outgoing], gso: bool) -> Call {
+        let items = items.get(..items.len().min(BATCH)).unwrap_or(&[]);
+        let mut entries = Vec::new();
+        let mut at = 0;
+        if !gso {
+            entries.extend((0..items.len()).map(|i| i..i + 1));
+            return Call {
+                entries,
+                segment: None,
+            };
+        }
+        let first = gso_run(items);
+        let segment = match items.first().map(|i| u16::try_from(i.len)) {
+            Some(Ok(len)) if first >= 2 => len,
+            _ => {
+                // Single datagrams up to the next run GSO could carry.
+                while at < items.len() && (at == 0 || gso_run(&items[at..]) < 2) {
+                    entries.push(at..at + 1);
+                    at += 1;
+                }
+                return Call {
+                    entries,
+                    segment: None,
+                };
+            }
+        };
+        // Runs of that segment size, each one entry.
+        while let Some(item) = items.get(at) {
+            let n = gso_run(&items[at..]);
+            if n < 2 || item.len != usize::from(segment) {
+                break;
+            }
+            entries.push(at..at + n);
+            at += n;
+        }
+        Call {
+            entries,
+            segment: Some(segment),
+        }
+    }
+}
+
+/// Whether runs of datagrams to one peer go as one `UDP_SEGMENT` send (Linux).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gso {
+    /// Each datagram its own `sendmmsg` entry.
+    Off,
+    /// Where the kernel has it.
+    On,
+    /// Tests only: the first segmented send asks for 1-byte segments, more than the kernel
+    /// takes in one send (it refuses with `EINVAL`), to exercise the way back to `Off`.
+    RefuseFirst,
 }
 
 /// Datagrams and system calls, both ways, since the socket was opened.
@@ -90,6 +217,12 @@ pub(crate) struct Counters {
     pub(crate) recv_calls: u64,
     pub(crate) datagrams_out: u64,
     pub(crate) send_calls: u64,
+    /// Send calls that carried `UDP_SEGMENT` runs (counted in `send_calls` too).
+    pub(crate) gso_sends: u64,
+    /// Datagrams those calls sent (counted in `datagrams_out` too).
+    pub(crate) gso_datagrams: u64,
+    /// Segmented sends the kernel refused: at most one, as the socket then stops trying.
+    pub(crate) gso_refused: u64,
 }
 
 /// The socket and whether it reports local addresses.
@@ -108,15 +241,33 @@ pub(crate) struct Udp {
     /// Whether `recvmmsg` / `sendmmsg` are used (not once the kernel said it lacks them).
     #[cfg(target_os = "linux")]
     mmsg: bool,
+    /// Whether runs to one peer go with `UDP_SEGMENT` (not once the kernel refused it).
+    #[cfg(target_os = "linux")]
+    gso: bool,
+    /// Tests only: see [`Gso::RefuseFirst`].
+    #[cfg(target_os = "linux")]
+    gso_fault: bool,
+    /// Whether a `UDP_SEGMENT` send has worked on this socket: until one has, any error of
+    /// one turns GSO off.
+    #[cfg(target_os = "linux")]
+    gso_worked: bool,
     counters: Counters,
 }
 
 impl Udp {
-    /// `batched`: use `recvmmsg` / `sendmmsg` where the system has them.
-    pub(crate) fn new(socket: UdpSocket, pktinfo: bool, batched: bool) -> Self {
+    /// `batched`: use `recvmmsg` / `sendmmsg` where the system has them; `gso`: and send runs
+    /// to one peer with `UDP_SEGMENT` where the kernel has it.
+    pub(crate) fn new(socket: UdpSocket, pktinfo: bool, batched: bool, gso: Gso) -> Self {
         let ipv6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
         #[cfg(not(target_os = "linux"))]
-        let _ = batched;
+        let _ = (batched, gso);
+        // Kernels before 4.18 ignore a `UDP_SEGMENT` control message (the peer would get the
+        // whole run as one datagram); they refuse the socket option, which asks nothing here.
+        #[cfg(target_os = "linux")]
+        let (gso, gso_fault) = (
+            batched && gso != Gso::Off && sys::gso_supported(&socket),
+            gso == Gso::RefuseFirst,
+        );
         Self {
             socket: Arc::new(socket),
             pktinfo,
@@ -124,6 +275,12 @@ impl Udp {
             bufs: vec![vec![0; DATAGRAM_ROOM]],
             #[cfg(target_os = "linux")]
             mmsg: batched,
+            #[cfg(target_os = "linux")]
+            gso,
+            #[cfg(target_os = "linux")]
+            gso_fault,
+            #[cfg(target_os = "linux")]
+            gso_worked: false,
             counters: Counters::default(),
         }
     }
@@ -185,19 +342,38 @@ impl Udp {
         while let Some(first) = out.items.get(next) {
             #[cfg(target_os = "linux")]
             if self.mmsg {
-                // One call sends a run of datagrams that share their source address (the
-                // control message is the same for all of them).
+                // One call sends datagrams that share their source address (the control
+                // messages are the same for all of them): single datagrams, or runs to one
+                // peer of one segment size under GSO.
                 let run = out.items[next..]
                     .iter()
                     .take_while(|i| i.source == first.source)
                     .count();
                 let items = &out.items[next..next + run];
+                let mut call = Call::plan(items, self.gso);
+                if self.gso_fault {
+                    // Over 64 bytes in 1-byte segments: over the kernel's UDP_MAX_SEGMENTS
+                    // (64, 128 in newer kernels), which it refuses rather than send.
+                    call.segment = call.segment.map(|s| if s > 64 { 1 } else { s });
+                }
                 let source = first.source.filter(|_| self.pktinfo);
-                match sys::send_many(&self.socket, self.ipv6, source, out, items) {
+                match sys::send_many(&self.socket, self.ipv6, source, out, items, &call) {
                     Ok(sent) if sent > 0 => {
+                        // Entries sent: the datagrams up to the end of the last.
+                        let datagrams = call
+                            .entries
+                            .iter()
+                            .take(sent)
+                            .next_back()
+                            .map_or(0, |r| r.end);
                         self.counters.send_calls += 1;
-                        self.counters.datagrams_out += sent as u64;
-                        next += sent;
+                        self.counters.datagrams_out += datagrams as u64;
+                        if call.segment.is_some() {
+                            self.gso_worked = true;
+                            self.counters.gso_sends += 1;
+                            self.counters.gso_datagrams += datagrams as u64;
+                        }
+                        next += datagrams;
                         continue;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -206,6 +382,15 @@ impl Udp {
                     }
                     Err(e) if e.raw_os_error() == Some(nix::libc::ENOSYS) => {
                         self.mmsg = false;
+                        continue;
+                    }
+                    // The kernel refused the segmentation (or the first try of it failed
+                    // whatever the reason): these datagrams, and all later ones, go one per
+                    // entry.
+                    Err(e) if call.segment.is_some() && (!self.gso_worked || gso_refused(&e)) => {
+                        self.counters.send_calls += 1;
+                        self.counters.gso_refused += 1;
+                        self.gso = false;
                         continue;
                     }
                     // The first datagram of the run failed: it goes alone below (which also
@@ -257,6 +442,18 @@ impl Udp {
     }
 }
 
+/// Whether a failed `UDP_SEGMENT` send says the socket, route or device cannot segment (rather
+/// than that the peer is unreachable): `EIO` (no checksum offload), `EINVAL` (a segment longer
+/// than the route's MTU, or too many), `EMSGSIZE`, `ENOPROTOOPT`, `EOPNOTSUPP`.
+#[cfg(target_os = "linux")]
+fn gso_refused(e: &io::Error) -> bool {
+    use nix::libc;
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+    )
+}
+
 /// Ask the kernel for each datagram's local address when `socket` is bound to every address
 /// (on a dual-stack socket for both families). Returns whether it is on; if not, the endpoint
 /// works as before, answering from the kernel's choice.
@@ -290,7 +487,7 @@ mod sys {
     use tokio::io::Interest;
     use tokio::net::UdpSocket;
 
-    use super::{Outbox, Outgoing, Received, BATCH};
+    use super::{Call, Outbox, Outgoing, Received};
 
     /// Room for a received datagram's control messages, as [`ControlBuffer`].
     const CONTROL_ROOM: usize = 128;
@@ -359,60 +556,75 @@ mod sys {
         }
     }
 
-    /// One `sendmmsg` of `items`, all from `source` (the control message is shared), or as
-    /// many of them as one call takes; returns how many were sent. `ipv6_socket` tells which
-    /// control message the socket takes.
+    /// One `sendmmsg` of `call`'s entries of `items`, all from `source` and of `call`'s
+    /// segment size under GSO (the control messages are shared); returns how many entries
+    /// were sent. `ipv6_socket` tells which control message the socket takes.
     pub(super) fn send_many(
         socket: &UdpSocket,
         ipv6_socket: bool,
         source: Option<IpAddr>,
         out: &Outbox,
         items: &[Outgoing],
+        call: &Call,
     ) -> io::Result<usize> {
-        let items = items.get(..items.len().min(BATCH)).unwrap_or(&[]);
-        let iovs: Vec<[IoSlice<'_>; 1]> =
-            items.iter().map(|i| [IoSlice::new(out.data(i))]).collect();
-        let addrs: Vec<Option<SockaddrStorage>> = items
+        let iovs: Vec<[IoSlice<'_>; 1]> = call
+            .entries
             .iter()
-            .map(|i| Some(SockaddrStorage::from(i.to)))
+            .map(|r| [IoSlice::new(out.span(items.get(r.clone()).unwrap_or(&[])))])
+            .collect();
+        let addrs: Vec<Option<SockaddrStorage>> = call
+            .entries
+            .iter()
+            .map(|r| items.get(r.start).map(|i| SockaddrStorage::from(i.to)))
             .collect();
         let v4;
         let v6;
-        let (cmsg, room) = match (source, ipv6_socket) {
+        let mut cmsgs = Vec::with_capacity(2);
+        let pktinfo = match (source, ipv6_socket) {
             (Some(IpAddr::V4(ip)), false) => {
                 v4 = in_pktinfo(ip);
-                (
-                    Some(ControlMessage::Ipv4PacketInfo(&v4)),
-                    Some(nix::cmsg_space!(libc::in_pktinfo)),
-                )
+                cmsgs.push(ControlMessage::Ipv4PacketInfo(&v4));
+                Some(false)
             }
             (Some(ip), true) => {
                 v6 = in6_pktinfo(ip);
-                (
-                    Some(ControlMessage::Ipv6PacketInfo(&v6)),
-                    Some(nix::cmsg_space!(libc::in6_pktinfo)),
-                )
+                cmsgs.push(ControlMessage::Ipv6PacketInfo(&v6));
+                Some(true)
             }
             // An IPv6 source on an IPv4 socket cannot be one of ours.
-            _ => (None, None),
+            _ => None,
         };
-        // The room is exactly one control message: the kernel reads all of it as messages.
-        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(items.len(), room);
-        let cmsgs: &[ControlMessage<'_>] = match &cmsg {
-            Some(c) => std::slice::from_ref(c),
-            None => &[],
+        if let Some(segment) = &call.segment {
+            cmsgs.push(ControlMessage::UdpGsoSegments(segment));
+        }
+        // The room is exactly the control messages: the kernel reads all of it as messages.
+        let room = match (pktinfo, call.segment.is_some()) {
+            (None, false) => None,
+            (None, true) => Some(nix::cmsg_space!(u16)),
+            (Some(false), false) => Some(nix::cmsg_space!(libc::in_pktinfo)),
+            (Some(false), true) => Some(nix::cmsg_space!(libc::in_pktinfo, u16)),
+            (Some(true), false) => Some(nix::cmsg_space!(libc::in6_pktinfo)),
+            (Some(true), true) => Some(nix::cmsg_space!(libc::in6_pktinfo, u16)),
         };
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(call.entries.len(), room);
         socket.try_io(Interest::WRITABLE, || {
             let sent = sendmmsg(
                 socket.as_raw_fd(),
                 &mut headers,
                 &iovs,
                 &addrs,
-                cmsgs,
+                &cmsgs,
                 MsgFlags::empty(),
             )?;
             Ok(sent.count())
         })
+    }
+
+    /// Whether the kernel segments `UDP_SEGMENT` sends (Linux 4.18 and later): it knows the
+    /// socket option. Setting 0 leaves the socket's sends as they were (no default segment
+    /// size).
+    pub(super) fn gso_supported(socket: &UdpSocket) -> bool {
+        setsockopt(socket, sockopt::UdpGsoSegment, &0).is_ok()
     }
 
     fn in_pktinfo(ip: Ipv4Addr) -> libc::in_pktinfo {
