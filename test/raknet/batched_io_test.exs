@@ -107,9 +107,12 @@ defmodule RakNet.BatchedIoTest do
 
       [endpoint] = RakNet.Server.info(server).endpoints
       stats = endpoint.stats
-      # Reading until the kernel says "nothing more" took a second call per wake-up, about
-      # two calls per datagram here; a batch call that came back short already said so.
-      assert stats.udp_recv_calls < stats.udp_datagrams_in * 1.3,
+      # Reading until the kernel says "nothing more" took a second call per wake-up: two
+      # calls per datagram here (222 for 111), every run. A batch call that came back short
+      # already said so: 112-121 calls in quiet and loaded runs. A readiness event that
+      # arrives after its datagram was read still costs a call that finds nothing (once 175
+      # in a full `make test`); the bound leaves room for those.
+      assert stats.udp_recv_calls < stats.udp_datagrams_in * 1.75,
              "#{stats.udp_recv_calls} receive calls for #{stats.udp_datagrams_in} datagrams"
 
       Connection.close(conn)
