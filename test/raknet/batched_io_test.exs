@@ -170,18 +170,7 @@ defmodule RakNet.BatchedIoTest do
 
   if match?({:unix, :linux}, :os.type()) do
     test "a burst of unreliable_sequenced datagrams of one size leaves in UDP_SEGMENT runs, none overtaken" do
-      opts =
-        RakNet.Server.Config.new(EchoClient, 0,
-          ip: "127.0.0.1",
-          open_ipv6_socket: false,
-          batch_delivery: false
-        )
-        |> RakNet.Server.Config.to_native(:inet)
-
-      {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
-      %{port: port} = RakNet.Native.endpoint_info(endpoint)
-      assert {:ok, client} = RakNet.connect("127.0.0.1", port)
-      assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+      {endpoint, client, conn} = raw_endpoint(%{})
 
       # One message per datagram, all of one size. Sequenced: a message that arrives after a
       # later one is dropped (stale_dropped), so two datagrams sent out of order lose one.
@@ -211,20 +200,8 @@ defmodule RakNet.BatchedIoTest do
 
   if match?({:unix, :linux}, :os.type()) do
     test "when the kernel refuses a UDP_SEGMENT send, the socket sends one datagram per entry from then on" do
-      opts =
-        RakNet.Server.Config.new(EchoClient, 0,
-          ip: "127.0.0.1",
-          open_ipv6_socket: false,
-          batch_delivery: false
-        )
-        |> RakNet.Server.Config.to_native(:inet)
-        # Tests only: the first segmented send asks for more segments than the kernel takes.
-        |> Map.put(:gso_fault, true)
-
-      {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
-      %{port: port} = RakNet.Native.endpoint_info(endpoint)
-      assert {:ok, client} = RakNet.connect("127.0.0.1", port)
-      assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+      # Tests only: the first segmented send asks for more segments than the kernel takes.
+      {endpoint, client, conn} = raw_endpoint(%{gso_fault: true})
 
       body = counting(1 <<< 20)
 
@@ -336,20 +313,7 @@ defmodule RakNet.BatchedIoTest do
   end
 
   test "the portable path (one datagram per call, as on systems without recvmmsg) delivers bursts too" do
-    opts =
-      RakNet.Server.Config.new(EchoClient, 0,
-        ip: "127.0.0.1",
-        open_ipv6_socket: false,
-        # This test owns the connection and reads {:raknet, ...} messages itself.
-        batch_delivery: false
-      )
-      |> RakNet.Server.Config.to_native(:inet)
-      |> Map.put(:batched_io, false)
-
-    {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
-    %{port: port} = RakNet.Native.endpoint_info(endpoint)
-    assert {:ok, client} = RakNet.connect("127.0.0.1", port)
-    assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+    {endpoint, client, conn} = raw_endpoint(%{batched_io: false})
     :ok = RakNet.Native.conn_set_owner(conn, self())
 
     for burst <- 0..9 do
@@ -527,6 +491,25 @@ defmodule RakNet.BatchedIoTest do
   end
 
   # 0x86, the index, then filler that depends on it: a datagram mixed up with another fails.
+  # A native endpoint this test owns (it reads {:raknet, ...} messages itself), with `extra`
+  # keys in its runtime options, and a client connected to it: `{endpoint, client, conn}`.
+  defp raw_endpoint(extra) do
+    opts =
+      RakNet.Server.Config.new(EchoClient, 0,
+        ip: "127.0.0.1",
+        open_ipv6_socket: false,
+        batch_delivery: false
+      )
+      |> RakNet.Server.Config.to_native(:inet)
+      |> Map.merge(extra)
+
+    {:ok, endpoint} = RakNet.Native.endpoint_start(opts, self())
+    %{port: port} = RakNet.Native.endpoint_info(endpoint)
+    assert {:ok, client} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:raknet_endpoint, ^endpoint, :connected, conn, _info}, 5_000
+    {endpoint, client, conn}
+  end
+
   defp payload(i) do
     filler = :binary.copy(<<rem(i, 251)>>, @size - 5)
     <<0x86, i::32, filler::binary>>
