@@ -17,7 +17,6 @@ use bytes::Bytes;
 use raknet_proto::hash::OwnKeyMap;
 use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendOptions};
 use rustler::{Encoder, LocalPid, OwnedEnv, ResourceArc, Term};
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Notify;
 
@@ -280,7 +279,7 @@ impl Drop for Release<'_> {
 
 /// Install `driver` in `shared` and run the endpoint's loop until it stops.
 pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedReceiver<Command>) {
-    let io: Arc<UdpSocket> = driver.socket.io();
+    let io: Arc<crate::udp::Sock> = driver.socket.io();
     *shared.lock() = Some(driver);
     let _release = Release(&shared);
     let mut cmds = Vec::new();

@@ -339,12 +339,7 @@ fn start_endpoints<'a>(
         let batched_io = options.batched_io;
         let gso = options.gso;
         let driver = async move {
-            let socket = udp::Udp::new(
-                tokio::net::UdpSocket::from_std(socket)?,
-                pktinfo,
-                batched_io,
-                gso,
-            );
+            let socket = udp::Udp::new(udp::Sock::new(socket)?, pktinfo, batched_io, gso);
             let driver = driver::Driver::new(endpoint, socket, thread_me, owner);
             driver::run(shared, driver, rx).await;
             Ok::<(), std::io::Error>(())

@@ -24,7 +24,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::net::UdpSocket;
 
 /// Datagrams per `recvmmsg` / `sendmmsg` call at most.
 pub(crate) const BATCH: usize = 32;
@@ -225,11 +224,106 @@ pub(crate) struct Counters {
     pub(crate) gso_refused: u64,
 }
 
+/// The socket as the endpoint uses it. On Unix it is registered with the runtime for reads
+/// only: every datagram sent frees room in the send buffer, which raises an edge for a
+/// registration that also asks for writes, and that woke the endpoint thread for nothing once
+/// per send (an inline send on a scheduler included). Writes are plain non-blocking calls;
+/// room to write is waited for, rarely, through a duplicate registered for writes only while
+/// it is needed. Elsewhere tokio's `UdpSocket` does both.
+pub(crate) struct Sock {
+    #[cfg(unix)]
+    io: tokio::io::unix::AsyncFd<std::net::UdpSocket>,
+    #[cfg(not(unix))]
+    io: tokio::net::UdpSocket,
+    /// The same socket, for the system calls (tokio's socket keeps the readiness).
+    #[cfg(not(unix))]
+    raw: std::net::UdpSocket,
+}
+
+// `AsyncFd::with_interest` is deprecated because a generic `T` may change the descriptor it
+// reports; a `std::net::UdpSocket` owns its one descriptor until dropped (by the `AsyncFd`).
+#[allow(deprecated)]
+impl Sock {
+    /// Register a non-blocking socket with the current runtime.
+    pub(crate) fn new(socket: std::net::UdpSocket) -> io::Result<Self> {
+        #[cfg(unix)]
+        {
+            let io =
+                tokio::io::unix::AsyncFd::with_interest(socket, tokio::io::Interest::READABLE)?;
+            Ok(Self { io })
+        }
+        #[cfg(not(unix))]
+        {
+            let raw = socket.try_clone()?;
+            Ok(Self {
+                io: tokio::net::UdpSocket::from_std(socket)?,
+                raw,
+            })
+        }
+    }
+
+    /// The socket for system calls that need no readiness (options, addresses).
+    pub(crate) fn raw(&self) -> &std::net::UdpSocket {
+        #[cfg(unix)]
+        return self.io.get_ref();
+        #[cfg(not(unix))]
+        &self.raw
+    }
+
+    /// A read: `f` runs while the socket is known readable, and a `WouldBlock` from it clears
+    /// that (without `f` when it is not).
+    pub(crate) fn read<R>(
+        &self,
+        f: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>,
+    ) -> io::Result<R> {
+        #[cfg(unix)]
+        return self.io.try_io(tokio::io::Interest::READABLE, f);
+        #[cfg(not(unix))]
+        self.io
+            .try_io(tokio::io::Interest::READABLE, || f(&self.raw))
+    }
+
+    /// A write, now (`WouldBlock` when the send buffer is full).
+    pub(crate) fn write<R>(
+        &self,
+        f: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>,
+    ) -> io::Result<R> {
+        #[cfg(unix)]
+        return f(self.io.get_ref());
+        #[cfg(not(unix))]
+        self.io
+            .try_io(tokio::io::Interest::WRITABLE, || f(&self.raw))
+    }
+
+    /// Until the socket may be readable.
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        #[cfg(unix)]
+        return self.io.readable().await.map(|_| ());
+        #[cfg(not(unix))]
+        self.io.readable().await
+    }
+
+    /// Until the send buffer has room.
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        #[cfg(unix)]
+        {
+            // Registered only for the wait: epoll reports a socket already writable at once.
+            let dup = tokio::io::unix::AsyncFd::with_interest(
+                self.io.get_ref().try_clone()?,
+                tokio::io::Interest::WRITABLE,
+            )?;
+            dup.writable().await.map(|_| ())
+        }
+        #[cfg(not(unix))]
+        self.io.writable().await
+    }
+}
+
 /// The socket and whether it reports local addresses.
 pub(crate) struct Udp {
     /// Shared with the endpoint thread's loop, which waits for readiness without holding the
     /// driver (see `driver::Shared`).
-    socket: Arc<UdpSocket>,
+    socket: Arc<Sock>,
     /// `IP_PKTINFO` / `IPV6_RECVPKTINFO` is on: receive and send with control messages.
     pktinfo: bool,
     /// An IPv6 socket (perhaps dual-stack) takes `IPV6_PKTINFO`, an IPv4 one `IP_PKTINFO`.
@@ -257,15 +351,15 @@ pub(crate) struct Udp {
 impl Udp {
     /// `batched`: use `recvmmsg` / `sendmmsg` where the system has them; `gso`: and send runs
     /// to one peer with `UDP_SEGMENT` where the kernel has it.
-    pub(crate) fn new(socket: UdpSocket, pktinfo: bool, batched: bool, gso: Gso) -> Self {
-        let ipv6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
+    pub(crate) fn new(socket: Sock, pktinfo: bool, batched: bool, gso: Gso) -> Self {
+        let ipv6 = socket.raw().local_addr().is_ok_and(|a| a.is_ipv6());
         #[cfg(not(target_os = "linux"))]
         let _ = (batched, gso);
         // Kernels before 4.18 ignore a `UDP_SEGMENT` control message (the peer would get the
         // whole run as one datagram); they refuse the socket option, which asks nothing here.
         #[cfg(target_os = "linux")]
         let (gso, gso_fault) = (
-            batched && gso != Gso::Off && sys::gso_supported(&socket),
+            batched && gso != Gso::Off && sys::gso_supported(socket.raw()),
             gso == Gso::RefuseFirst,
         );
         Self {
@@ -290,7 +384,7 @@ impl Udp {
     }
 
     /// The socket, for waiting on its readiness.
-    pub(crate) fn io(&self) -> Arc<UdpSocket> {
+    pub(crate) fn io(&self) -> Arc<Sock> {
         self.socket.clone()
     }
 
@@ -421,7 +515,7 @@ impl Udp {
         if self.pktinfo {
             return sys::try_recv(&self.socket, buf);
         }
-        let (n, from) = self.socket.try_recv_from(buf)?;
+        let (n, from) = self.socket.read(|s| s.recv_from(buf))?;
         Ok((n, from, None))
     }
 
@@ -433,12 +527,12 @@ impl Udp {
                 // The address may be gone from the host: the kernel's choice beats silence.
                 .or_else(|e| match e.kind() {
                     io::ErrorKind::WouldBlock => Err(e),
-                    _ => self.socket.try_send_to(data, to),
+                    _ => self.socket.write(|s| s.send_to(data, to)),
                 });
         }
         #[cfg(not(target_os = "linux"))]
         let _ = source;
-        self.socket.try_send_to(data, to)
+        self.socket.write(|s| s.send_to(data, to))
     }
 }
 
@@ -478,14 +572,13 @@ mod sys {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
     use std::os::fd::AsRawFd;
 
+    use super::Sock;
     use bytes::Bytes;
     use nix::libc;
     use nix::sys::socket::{
         recvmmsg, recvmsg, sendmmsg, sendmsg, setsockopt, sockopt, ControlMessage,
         ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage,
     };
-    use tokio::io::Interest;
-    use tokio::net::UdpSocket;
 
     use super::{Call, Outbox, Outgoing, Received};
 
@@ -503,7 +596,7 @@ mod sys {
     /// `WouldBlock` would clear it, which is safe: a datagram arriving after the call raises a
     /// new edge-triggered event, so the loop is woken for it.
     pub(super) fn recv_many(
-        socket: &UdpSocket,
+        socket: &Sock,
         pktinfo: bool,
         bufs: &mut [Vec<u8>],
         out: &mut Vec<Received>,
@@ -512,7 +605,7 @@ mod sys {
         let room = bufs.len();
         let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(room, control);
         let mut read = None;
-        let done = socket.try_io(Interest::READABLE, || {
+        let done = socket.read(|socket| {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
                 .iter_mut()
                 .map(|b| [IoSliceMut::new(b.as_mut_slice())])
@@ -560,7 +653,7 @@ mod sys {
     /// segment size under GSO (the control messages are shared); returns how many entries
     /// were sent. `ipv6_socket` tells which control message the socket takes.
     pub(super) fn send_many(
-        socket: &UdpSocket,
+        socket: &Sock,
         ipv6_socket: bool,
         source: Option<IpAddr>,
         out: &Outbox,
@@ -607,7 +700,7 @@ mod sys {
             (Some(true), true) => Some(nix::cmsg_space!(libc::in6_pktinfo, u16)),
         };
         let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(call.entries.len(), room);
-        socket.try_io(Interest::WRITABLE, || {
+        socket.write(|socket| {
             let sent = sendmmsg(
                 socket.as_raw_fd(),
                 &mut headers,
@@ -623,7 +716,7 @@ mod sys {
     /// Whether the kernel segments `UDP_SEGMENT` sends (Linux 4.18 and later): it knows the
     /// socket option. Setting 0 leaves the socket's sends as they were (no default segment
     /// size).
-    pub(super) fn gso_supported(socket: &UdpSocket) -> bool {
+    pub(super) fn gso_supported(socket: &std::net::UdpSocket) -> bool {
         setsockopt(socket, sockopt::UdpGsoSegment, &0).is_ok()
     }
 
@@ -696,10 +789,10 @@ mod sys {
     }
 
     pub(super) fn try_recv(
-        socket: &UdpSocket,
+        socket: &Sock,
         buf: &mut [u8],
     ) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
-        socket.try_io(Interest::READABLE, || {
+        socket.read(|socket| {
             let mut control = ControlBuffer([0; 128]);
             let mut iov = [IoSliceMut::new(buf)];
             let msg = recvmsg::<SockaddrStorage>(
@@ -720,7 +813,7 @@ mod sys {
 
     /// Send from `source`; `ipv6_socket` tells which control message the socket takes.
     pub(super) fn try_send(
-        socket: &UdpSocket,
+        socket: &Sock,
         ipv6_socket: bool,
         data: &[u8],
         to: SocketAddr,
@@ -729,7 +822,7 @@ mod sys {
         let iov = [IoSlice::new(data)];
         let to = SockaddrStorage::from(to);
         let send = |cmsg: &[ControlMessage<'_>]| {
-            socket.try_io(Interest::WRITABLE, || {
+            socket.write(|socket| {
                 Ok(sendmsg(
                     socket.as_raw_fd(),
                     &iov,
