@@ -86,9 +86,12 @@ defmodule RakNet.HandlerTest do
 
   defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
 
+  # The server-side process is the one whose peer is this connection's socket: a stray
+  # {:connected, ...} (a connection the server saw that is not this one) is not taken for it.
   defp connect(port) do
     {:ok, conn} = RakNet.connect("127.0.0.1", port)
-    assert_receive {:connected, pid, info}, 5_000
+    {:ok, %{local_address: {_, local_port}}} = Connection.info(conn)
+    assert_receive {:connected, pid, %{address: {_, ^local_port}} = info}, 5_000
     {conn, pid, info}
   end
 
