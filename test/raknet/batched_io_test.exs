@@ -203,19 +203,7 @@ defmodule RakNet.BatchedIoTest do
       # Tests only: the first segmented send asks for more segments than the kernel takes.
       {endpoint, client, conn} = raw_endpoint(%{gso_fault: true})
 
-      body = counting(1 <<< 20)
-
-      assert {:ok, nil} =
-               RakNet.Native.conn_send(
-                 conn,
-                 :reliable_ordered,
-                 0,
-                 :medium,
-                 <<0x86, body::binary>>
-               )
-
-      assert_receive {:raknet, ^client, 0x86, echoed, _}, 20_000
-      assert echoed == body
+      send_echoed(conn, client, counting(1 <<< 20))
 
       %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
       # Refused once (the datagrams of that call went again, one per entry), then not tried.
@@ -245,19 +233,7 @@ defmodule RakNet.BatchedIoTest do
         client_endpoint = client_endpoint(client)
         %{stats: before} = RakNet.Native.endpoint_info(client_endpoint)
 
-        body = counting(256 <<< 10)
-
-        assert {:ok, nil} =
-                 RakNet.Native.conn_send(
-                   conn,
-                   :reliable_ordered,
-                   0,
-                   :medium,
-                   <<0x86, body::binary>>
-                 )
-
-        assert_receive {:raknet, ^client, 0x86, echoed, _}, 20_000
-        assert echoed == body
+        send_echoed(conn, client, counting(256 <<< 10))
         %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
         assert stats.udp_gso_sends > 0, inspect(stats)
         # None of them came from another address (the client drops those as unknown_peer).
@@ -482,6 +458,16 @@ defmodule RakNet.BatchedIoTest do
   end
 
   # 4-byte big-endian counters: a datagram dropped, repeated or swapped shows.
+  # Sends `body` on the server's side of a connection (`conn`) as one reliable_ordered
+  # message and checks that it reaches the client's handle (`client`) intact.
+  defp send_echoed(conn, client, body) do
+    assert {:ok, nil} =
+             RakNet.Native.conn_send(conn, :reliable_ordered, 0, :medium, <<0x86, body::binary>>)
+
+    assert_receive {:raknet, ^client, 0x86, echoed, _}, 20_000
+    assert echoed == body
+  end
+
   defp counting(bytes), do: for(i <- 0..(div(bytes, 4) - 1), into: <<>>, do: <<i::32>>)
 
   # 0x86, the peer's tag, the index, then filler that depends on both.
