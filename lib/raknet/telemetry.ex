@@ -28,7 +28,7 @@ defmodule RakNet.Telemetry do
   `:stats` is emitted by each `RakNet.Server` for each of its sockets every
   `:telemetry_interval_ms` (default 1000, see `RakNet.Server.Config`); `:refused` and
   `:limited` follow it, one per counter that grew in the interval. Refusal reasons:
-  `:full` (and `:full_late`: full by the time the handshake completed), `:ip_connections`
+  `:full` (and `:full_late`: full by the time the client's 0x09 or 0x13 came), `:ip_connections`
   (`:max_connections_per_ip`), `:recently_connected` (`:new_connections_per_ip_per_sec`),
   `:banned`, `:incompatible_protocol`, `:bad_cookie`, `:already_connected`. Limits:
   `:half_open_evicted`, `:half_open_per_ip`, `:handshake_dropped`, `:amplification`,

@@ -46,6 +46,10 @@ impl<K: Copy + Eq + Hash, V> BoundedMap<K, V> {
         self.map.remove(k).map(|(v, _)| v)
     }
 
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.map.iter().map(|(k, (v, _))| (k, v))
+    }
+
     /// The oldest live entry.
     pub(crate) fn oldest(&mut self) -> Option<(K, &V)> {
         self.drop_stale_front();

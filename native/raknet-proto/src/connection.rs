@@ -523,8 +523,10 @@ impl Connection {
         )
     }
 
-    pub(crate) fn in_offline_handshake(&self) -> bool {
-        matches!(self.state, State::Offline { .. })
+    /// Whether offline messages from the peer are for this connection: during the offline
+    /// handshake, and while the 0x09 waits (a server that filled up answers it with 0x14).
+    pub(crate) fn takes_offline(&self) -> bool {
+        matches!(self.state, State::Offline { .. } | State::Requesting)
     }
 
     pub(crate) fn send_backlog(&self) -> usize {
@@ -684,6 +686,16 @@ impl Connection {
 
     /// An offline message from the peer, during the client's handshake.
     pub(crate) fn handle_offline(&mut self, now: Instant, msg: OfflineMessage) {
+        if matches!(self.state, State::Requesting) {
+            // The server took the slot it had at OCR2 by the time our 0x09 came (another of
+            // its endpoint threads filled it): it refuses the 0x09 instead of answering 0x10.
+            if let OfflineMessage::NoFreeIncomingConnections(m) = msg {
+                if m.server_guid == self.peer_guid {
+                    self.fail(ConnectError::NoFreeIncomingConnections);
+                }
+            }
+            return;
+        }
         let State::Offline { ocr2, .. } = &mut self.state else {
             return;
         };
@@ -1331,7 +1343,7 @@ impl Connection {
             State::Offline { .. } => self.offline_transmit(now, buf),
             _ => self.write_nak(now, buf) || self.write_ack(now, buf) || self.write_data(now, buf),
         };
-        if wrote && !self.in_offline_handshake() {
+        if wrote && !matches!(self.state, State::Offline { .. }) {
             self.stats.datagrams_out += 1;
             self.stats.bytes_out += buf.len() as u64;
         }

@@ -168,7 +168,9 @@ pub struct EndpointStats {
     pub bad_echo: u64,
     /// Datagrams from a half-open address that were neither 0x09 nor 0x13, dropped.
     pub handshake_dropped: u64,
-    /// Verified 0x13 dropped because the endpoint filled up meanwhile.
+    /// Handshakes refused after their OCR2 passed, because the server filled up (or was
+    /// suspended) meanwhile: a validated 0x09 answered with 0x14, or a verified 0x13
+    /// answered with 0x15.
     pub refused_full_late: u64,
     /// Replies withheld because they would exceed `max_amplification` times what the
     /// unvalidated address sent.
@@ -233,16 +235,28 @@ impl EndpointGroup {
         self.per_ip.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Take a connection slot if fewer than `max` are taken.
-    fn reserve(&self, max: usize) -> bool {
-        self.live
+    /// Take a connection slot for a peer at `ip` if fewer than `max` are taken and fewer than
+    /// `max_per_ip` are `ip`'s. Both counts are checked and raised under the per-IP lock, so
+    /// two endpoints never both take the last slot.
+    pub(crate) fn take(&self, ip: IpAddr, max: usize, max_per_ip: usize) -> bool {
+        let mut map = self.ip_map();
+        if map.get(&ip).copied().unwrap_or(0) >= max_per_ip {
+            return false;
+        }
+        let free = self
+            .live
             .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
                 (n < max).then_some(n + 1)
             })
-            .is_ok()
+            .is_ok();
+        if free {
+            *map.entry(ip).or_insert(0) += 1;
+        }
+        free
     }
 
-    fn release(&self, ip: IpAddr) {
+    /// Give back a slot taken by [`EndpointGroup::take`].
+    pub(crate) fn release(&self, ip: IpAddr) {
         let _ = self
             .live
             .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
@@ -340,7 +354,7 @@ impl Endpoint {
     ) -> Self {
         let mut rng = Rng::new(config.rng_seed);
         let guid = config.guid.unwrap_or_else(|| rng.next_u64());
-        let handshake = ServerHandshake::new(&mut rng, &config);
+        let handshake = ServerHandshake::new(&mut rng, &config, group.clone());
         let tracked = config.admission.max_tracked_ips;
         let pong_bytes = config.admission.pong_bytes_per_sec;
         Self {
@@ -544,7 +558,11 @@ impl Endpoint {
         if self.by_addr.contains_key(&to) {
             return Err(ConnectError::AddressInUse);
         }
-        if !self.group.reserve(self.config.limits.max_connections) {
+        // The server's per-IP admission limit is not ours to apply to where we connect.
+        if !self
+            .group
+            .take(to.ip(), self.config.limits.max_connections, usize::MAX)
+        {
             return Err(ConnectError::TooManyConnections);
         }
         let mut config = self.config.clone();
@@ -647,7 +665,7 @@ impl Endpoint {
             return;
         };
         if let Some(&id) = self.by_addr.get(&from) {
-            if self.conn(id).is_some_and(Connection::in_offline_handshake) {
+            if self.conn(id).is_some_and(Connection::takes_offline) {
                 if let Some(c) = self.conn_mut(id) {
                     c.handle_offline(now, msg);
                 }
@@ -696,6 +714,7 @@ impl Endpoint {
         let mut out = Vec::new();
         let step = self.handshake.on_datagram(
             &self.config,
+            !self.suspended,
             self.ms(now),
             now.saturating_duration_since(self.epoch).as_micros() as u32,
             from,
@@ -707,14 +726,39 @@ impl Endpoint {
         for d in out {
             self.queue_offline_bytes(from, d);
         }
-        let Step::Establish(acc) = step else { return };
-        self.handshake.remove(from);
-        if self.suspended
-            || self.by_guid.contains_key(&acc.guid)
-            || !self.group.reserve(self.config.limits.max_connections)
-        {
+        let acc = match step {
+            Step::Establish(acc) => acc,
+            Step::Full => {
+                // Validated by its cookie: a 25-byte answer to a 0x09 of at least that much.
+                self.stats.refused_full_late += 1;
+                let guid = self.guid;
+                return self.queue_offline(from, &NoFreeIncomingConnections { server_guid: guid });
+            }
+            Step::Drop | Step::Answered => return,
+        };
+        // A slot taken at 0x09 stays the client's even if the server was suspended since.
+        let reserved = self.handshake.establish(from);
+        let refused = if self.by_guid.contains_key(&acc.guid) {
+            true
+        } else {
+            !reserved
+                && (self.suspended
+                    || !self.group.take(
+                        from.ip(),
+                        self.config.limits.max_connections,
+                        self.config.admission.max_connections_per_ip,
+                    ))
+        };
+        if refused {
+            if reserved {
+                self.group.release(from.ip());
+            }
+            // The client was told "accepted" by 0x10; its verified 0x13 proves the address,
+            // so it may be told otherwise rather than left to time out.
             self.stats.refused_full_late += 1;
-            return;
+            let us = now.saturating_duration_since(self.epoch).as_micros() as u32;
+            let refusal = ServerHandshake::late_refusal(&self.config, us);
+            return self.queue_offline_bytes(from, refusal);
         }
         let peer = Peer {
             role: Role::Server,
@@ -782,6 +826,8 @@ impl Endpoint {
             return self.queue_offline(from, &AlreadyConnected { server_guid: guid });
         }
         let ip = from.ip();
+        // Slots of handshakes that timed out go back before the count is read.
+        self.handshake.expire(&self.config, now_ms);
         // Read only once the request passed its checks (the cookie among them): the count is
         // shared by the server's endpoint threads behind a lock that spoofed requests must
         // not reach.
@@ -896,17 +942,21 @@ impl Endpoint {
     /// When [`Endpoint::handle_timeout`] must next be called. Call
     /// [`Endpoint::poll_transmit`] until it returns `None` first.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let handshake = self
+            .handshake
+            .next_expiry(&self.config)
+            .map(|ms| self.epoch + Duration::from_millis(ms));
         while let Some(&Reverse((t, index, generation))) = self.timers.peek() {
             let live = self
                 .slots
                 .get(index as usize)
                 .is_some_and(|s| s.generation == generation && s.scheduled == Some(t));
             if live {
-                return Some(t);
+                return Some(handshake.map_or(t, |h| h.min(t)));
             }
             self.timers.pop();
         }
-        None
+        handshake
     }
 
     // ---- internals -----------------------------------------------------------------
@@ -926,9 +976,8 @@ impl Endpoint {
     fn insert(&mut self, mut conn: Connection) -> ConnId {
         conn.memory = MemoryShare::new(self.buffered.clone());
         let addr = conn.addr();
-        // The group's slot was taken by `EndpointGroup::reserve`.
+        // The group's slot was taken by `EndpointGroup::take`.
         self.live += 1;
-        *self.group.ip_map().entry(addr.ip()).or_insert(0) += 1;
         let index = match self.free.pop() {
             Some(i) => i,
             None => {

@@ -26,6 +26,19 @@
 //! every repeat), and the [`crate::Endpoint`] creates the connection when a verified 0x13
 //! arrives.
 //!
+//! # The connection slot
+//!
+//! 0x10 tells the client it is connected, so the slot must be the client's by then: a
+//! server of several endpoint threads that filled up between the 0x10 and the 0x13 would
+//! otherwise have accepted a client it then drops. Official RakNet takes the slot at OCR2.
+//! We take it when the first 0x09 of a *validated* address (a cookie) is answered, and hold
+//! it in the record until 0x13 hands it to the connection or the record is forgotten. A
+//! server with no slot left answers that 0x09 with 0x14. An address without a cookie
+//! (protocol 6) is only proven by its 0x13, so its slot is taken then: a slot held for an
+//! unproven address would let spoofed handshakes fill the server. If none is left by then,
+//! the client is told with a 0x15 ([`ServerHandshake::late_refusal`]) instead of being left
+//! to time out.
+//!
 //! # Anti-amplification
 //!
 //! Until an address is validated we send it at most
@@ -41,6 +54,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -49,7 +63,7 @@ use crate::admission::BoundedMap;
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
 use crate::datagram::{DataHeader, Datagram};
-use crate::endpoint::EndpointStats;
+use crate::endpoint::{EndpointGroup, EndpointStats};
 use crate::frame::{Frame, Frames};
 use crate::message::{
     id, AlreadyConnected, ConnectedMessage, ConnectionRequestAccepted, IncompatibleProtocolVersion,
@@ -88,6 +102,8 @@ struct HalfOpen {
     protocol: u8,
     /// The address proved itself with a cookie: no amplification limit.
     validated: bool,
+    /// This handshake holds one of the group's connection slots (see the module docs).
+    reserved: bool,
 }
 
 const _: () = assert!(std::mem::size_of::<HalfOpen>() <= 64);
@@ -124,6 +140,8 @@ pub(crate) enum Step {
     Drop,
     /// Replies were queued (or withheld by the budget); nothing else.
     Answered,
+    /// A validated 0x09 found no free connection slot: the record is gone; refuse with 0x14.
+    Full,
     /// A verified 0x13: create the connection and hand it this datagram.
     Establish(Accepted),
 }
@@ -137,6 +155,21 @@ pub(crate) struct ServerHandshake {
     per_ip: HashMap<IpAddr, usize>,
     guids: HashMap<u64, SocketAddr>,
     ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
+    /// Where the slots of reserved records come from and go back to.
+    group: Arc<EndpointGroup>,
+    /// Records holding a slot.
+    reserved: usize,
+}
+
+impl Drop for ServerHandshake {
+    /// Slots held by handshakes go back to the group (the endpoint's thread ended).
+    fn drop(&mut self) {
+        for (addr, h) in self.half_open.iter() {
+            if h.reserved {
+                self.group.release(addr.ip());
+            }
+        }
+    }
 }
 
 /// Whether `reply` bytes may answer `request` bytes from an unvalidated address.
@@ -152,7 +185,7 @@ fn ip16(ip: IpAddr) -> [u8; 16] {
 }
 
 impl ServerHandshake {
-    pub(crate) fn new(rng: &mut Rng, config: &EndpointConfig) -> Self {
+    pub(crate) fn new(rng: &mut Rng, config: &EndpointConfig, group: Arc<EndpointGroup>) -> Self {
         let cap = config.admission.max_half_open;
         Self {
             cookie_key: (rng.next_u64(), rng.next_u64()),
@@ -161,6 +194,8 @@ impl ServerHandshake {
             per_ip: HashMap::new(),
             guids: HashMap::new(),
             ocr1: BoundedMap::new(cap),
+            group,
+            reserved: 0,
         }
     }
 
@@ -372,6 +407,7 @@ impl ServerHandshake {
             mtu,
             protocol,
             validated,
+            reserved: false,
         };
         let reply = Self::spend(config, &mut record, reply2(mtu), stats);
         *self.per_ip.entry(ip).or_insert(0) += 1;
@@ -400,6 +436,10 @@ impl ServerHandshake {
     }
 
     fn forget(&mut self, addr: SocketAddr, h: &HalfOpen) {
+        if h.reserved {
+            self.reserved -= 1;
+            self.group.release(addr.ip());
+        }
         if let Some(n) = self.per_ip.get_mut(&addr.ip()) {
             *n -= 1;
             if *n == 0 {
@@ -411,11 +451,36 @@ impl ServerHandshake {
         }
     }
 
-    /// Drop the record of `addr` (its connection now exists, or it was refused).
+    /// Drop the record of `addr` (it was refused); a slot it held goes back to the group.
     pub(crate) fn remove(&mut self, addr: SocketAddr) {
         if let Some(h) = self.half_open.remove(&addr) {
             self.forget(addr, &h);
         }
+    }
+
+    /// Drop the record of `addr`, whose 0x13 verified. `true`: the record held a slot, which
+    /// now belongs to the caller (the new connection).
+    pub(crate) fn establish(&mut self, addr: SocketAddr) -> bool {
+        let Some(mut h) = self.half_open.remove(&addr) else {
+            return false;
+        };
+        let reserved = std::mem::replace(&mut h.reserved, false);
+        self.reserved -= usize::from(reserved);
+        self.forget(addr, &h);
+        reserved
+    }
+
+    /// When [`ServerHandshake::expire`] must run next (endpoint milliseconds): while a record
+    /// holds a slot, the oldest record's expiry, so a client that never sends its 0x13 gives
+    /// the slot back on time even to an endpoint that receives nothing. `None` otherwise:
+    /// other records only hold memory, and are forgotten by the next call.
+    pub(crate) fn next_expiry(&mut self, config: &EndpointConfig) -> Option<u64> {
+        if self.reserved == 0 {
+            return None;
+        }
+        let ttl = config.handshake_timeout.as_millis() as u64;
+        let (_, oldest) = self.half_open.oldest()?;
+        Some(oldest.created_ms.saturating_add(ttl))
     }
 
     /// Forget handshakes older than the handshake timeout (oldest first: creation order
@@ -433,11 +498,13 @@ impl ServerHandshake {
     }
 
     /// A connected datagram from a half-open address: answer 0x09 from the record, and
-    /// verify 0x13. `out` receives the datagrams to send.
+    /// verify 0x13. `out` receives the datagrams to send. `open`: the endpoint takes new
+    /// connections now (not suspended).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_datagram(
         &mut self,
         config: &EndpointConfig,
+        open: bool,
         now_ms: u64,
         now_us: u32,
         from: SocketAddr,
@@ -529,6 +596,19 @@ impl ServerHandshake {
             return Step::Drop;
         }
         if h.accepted_ms == NOT_ACCEPTED {
+            // A validated client is told "accepted" only with its slot taken (module docs).
+            if h.validated {
+                let limits = (
+                    config.limits.max_connections,
+                    config.admission.max_connections_per_ip,
+                );
+                if !(open && self.group.take(from.ip(), limits.0, limits.1)) {
+                    self.remove(from);
+                    return Step::Full;
+                }
+                h.reserved = true;
+                self.reserved += 1;
+            }
             h.accepted_ms = now_ms;
             h.request_time = req.time;
         }
@@ -541,7 +621,6 @@ impl ServerHandshake {
         // 0x09 resends (its RTO) must keep asking for it. The connection acknowledges the
         // 0x09 when 0x13 creates it, if a datagram carried it alone (`request_seq`); else
         // the client's next 0x09 resend is acknowledged by the connection.
-        let first = config.initial_index_for_tests;
         let internal = config.internal_address_list(h.protocol, local_addr);
         let accepted = ConnectionRequestAccepted {
             client_address: from,
@@ -550,20 +629,36 @@ impl ServerHandshake {
             request_time: h.request_time,
             accepted_time: offset.wrapping_add(h.accepted_ms),
         };
-        let mut frame = Frame::new(Reliability::ReliableOrdered, Bytes::from(accepted.to_vec()));
-        frame.message_index = MessageIndex::new(first);
-        frame.order_index = OrderIndex::new(first);
-        let mut dh = DataHeader::new(DatagramSeq::new(first));
-        dh.needs_b_and_as = true;
-        dh.timestamp = config.datagram_timestamps.then_some(now_us);
-        let mut data = Vec::new();
-        dh.encode(&mut data);
-        frame.encode(&mut data);
+        let data = server_datagram(config, 0, accepted.to_vec(), now_us);
         if let Some(data) = Self::spend(config, h, data, stats) {
             out.push(data);
         }
         Step::Answered
     }
+
+    /// The datagram that tells a client whose 0x13 just verified that the server filled up
+    /// after its 0x10 (module docs): a 0x15, the server's second datagram and message, as a
+    /// connection would have sent it. Sent once: if it is lost, the client times out.
+    pub(crate) fn late_refusal(config: &EndpointConfig, now_us: u32) -> Vec<u8> {
+        let notification = vec![id::DISCONNECTION_NOTIFICATION];
+        server_datagram(config, 1, notification, now_us)
+    }
+}
+
+/// The server's `n`th datagram of a connection, carrying its `n`th message alone, reliable
+/// and ordered on channel 0 (0x10 is number 0).
+fn server_datagram(config: &EndpointConfig, n: u32, message: Vec<u8>, now_us: u32) -> Vec<u8> {
+    let index = config.initial_index_for_tests.wrapping_add(n);
+    let mut frame = Frame::new(Reliability::ReliableOrdered, Bytes::from(message));
+    frame.message_index = MessageIndex::new(index);
+    frame.order_index = OrderIndex::new(index);
+    let mut dh = DataHeader::new(DatagramSeq::new(index));
+    dh.needs_b_and_as = true;
+    dh.timestamp = config.datagram_timestamps.then_some(now_us);
+    let mut data = Vec::new();
+    dh.encode(&mut data);
+    frame.encode(&mut data);
+    data
 }
 
 /// The server time a peer sees, given our local milliseconds and its offset.

@@ -18,6 +18,8 @@ struct Net {
     clients: Vec<(Endpoint, SocketAddr, usize)>,
     client_events: Vec<Vec<Event>>,
     server_events: Vec<Vec<Event>>,
+    /// How many more datagrams of each client reach the server (`None`: all).
+    delivered: Vec<Option<usize>>,
     buf: Vec<u8>,
 }
 
@@ -48,6 +50,7 @@ impl Net {
             clients: Vec::new(),
             client_events: Vec::new(),
             server_events: vec![Vec::new(); n],
+            delivered: Vec::new(),
             buf: Vec::with_capacity(2048),
         }
     }
@@ -55,16 +58,22 @@ impl Net {
     /// A client on `port` of 127.0.0.1 whose datagrams land on server endpoint `on`; it
     /// starts connecting at once.
     fn connect(&mut self, ip: &str, port: u16, on: usize) -> usize {
+        self.connect_with(ip, port, on, EndpointConfig::default())
+    }
+
+    /// [`Net::connect`] with a client of `config`.
+    fn connect_with(&mut self, ip: &str, port: u16, on: usize, config: EndpointConfig) -> usize {
         let addr = SocketAddr::new(ip.parse().unwrap(), port);
         let config = EndpointConfig {
             rng_seed: u64::from(port),
             accept_incoming: false,
-            ..EndpointConfig::default()
+            ..config
         };
         let mut client = Endpoint::new(config, addr, self.now);
         client.connect(self.now, SERVER.parse().unwrap()).unwrap();
         self.clients.push((client, addr, on));
         self.client_events.push(Vec::new());
+        self.delivered.push(None);
         self.clients.len() - 1
     }
 
@@ -72,11 +81,18 @@ impl Net {
         let server: SocketAddr = SERVER.parse().unwrap();
         loop {
             let mut moved = false;
-            for (client, addr, on) in &mut self.clients {
+            for ((client, addr, on), delivered) in self.clients.iter_mut().zip(&mut self.delivered)
+            {
                 while let Some(t) = client.poll_transmit(self.now, &mut self.buf) {
+                    moved = true;
+                    if let Some(left) = delivered {
+                        if *left == 0 {
+                            continue;
+                        }
+                        *left -= 1;
+                    }
                     let d = Bytes::copy_from_slice(&self.buf[..t.size]);
                     self.servers[*on].handle(self.now, *addr, d);
-                    moved = true;
                 }
             }
             for (i, s) in self.servers.iter_mut().enumerate() {
@@ -130,6 +146,11 @@ impl Net {
         self.client_events[client]
             .iter()
             .any(|e| matches!(e, Event::Connected { .. }))
+    }
+
+    /// Connections of the server, all endpoints together.
+    fn server_connections(&self) -> usize {
+        self.servers.iter().map(|s| s.stats().connections).sum()
     }
 
     fn refusal(&self, client: usize) -> Option<DisconnectReason> {
@@ -229,4 +250,83 @@ fn a_dropped_endpoint_gives_its_connections_back_to_the_group() {
     let b = net.connect("127.0.0.1", 40_002, 0);
     net.run(Duration::from_secs(2));
     assert!(net.connected(b));
+}
+
+/// Two clients connect at once through two endpoints to a server with one slot. Both pass
+/// OCR2 while the slot is free; whichever 0x09 comes first takes the slot, and the other
+/// client is refused before it is told "accepted". Before the slot was taken at 0x09, both
+/// got 0x10, both saw `Connected`, and the second's 0x13 was dropped: a client the server
+/// never held, left to time out.
+#[test]
+fn a_client_told_accepted_holds_its_slot() {
+    let mut net = Net::new(2, true, limits(1, 100));
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    let b = net.connect("127.0.0.1", 40_002, 1);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(a));
+    assert!(
+        !net.connected(b),
+        "the second client was told it was accepted"
+    );
+    assert_eq!(
+        net.refusal(b),
+        Some(DisconnectReason::ConnectFailed(
+            ConnectError::NoFreeIncomingConnections
+        ))
+    );
+    assert_eq!(net.server_connections(), 1);
+    assert_eq!(net.servers[1].stats().refused_full_late, 1);
+}
+
+/// A protocol-6 client has no cookie: its address is proven only by its 0x13, so its slot
+/// is taken then. One that finds none left is told with a 0x15 at once.
+#[test]
+fn a_cookieless_client_refused_late_is_told_at_once() {
+    let mut net = Net::new(2, true, limits(1, 100));
+    let official = EndpointConfig {
+        protocol_versions: vec![6],
+        ..EndpointConfig::default()
+    };
+    let a = net.connect_with("127.0.0.1", 40_001, 0, official.clone());
+    let b = net.connect_with("127.0.0.1", 40_002, 1, official);
+    net.run(Duration::from_millis(100));
+    assert!(net.connected(a));
+    assert_eq!(net.refusal(a), None);
+    // B was accepted by 0x10, then refused at its 0x13: it learns so within 100 ms, not
+    // after the 10 s timeout.
+    assert!(net.connected(b));
+    assert_eq!(net.refusal(b), Some(DisconnectReason::PeerClosed));
+    assert_eq!(net.server_connections(), 1);
+    assert_eq!(net.servers[1].stats().refused_full_late, 1);
+}
+
+/// A slot taken at 0x09 goes back when the handshake times out without its 0x13, on time
+/// even though that endpoint receives nothing more.
+#[test]
+fn a_handshake_that_never_finishes_gives_its_slot_back() {
+    let mut net = Net::new(2, true, limits(1, 100));
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    // OCR1, OCR2 and the 0x09 reach the server; the 0x13 and everything after are lost.
+    net.delivered[a] = Some(3);
+    net.run(Duration::from_millis(100));
+    assert_eq!(net.servers[0].stats().half_open, 1);
+    assert_eq!(net.server_connections(), 0);
+    let b = net.connect("127.0.0.1", 40_002, 1);
+    net.run(Duration::from_millis(100));
+    assert_eq!(
+        net.refusal(b),
+        Some(DisconnectReason::ConnectFailed(
+            ConnectError::NoFreeIncomingConnections
+        ))
+    );
+    // Endpoint 0's handshake times out after 10 s (it asks to be woken for that).
+    let expiry = net.servers[0]
+        .poll_timeout()
+        .expect("a deadline for the held slot");
+    assert!(expiry <= net.now + Duration::from_secs(10));
+    net.run(Duration::from_secs(10));
+    assert_eq!(net.servers[0].stats().half_open, 0);
+    let c = net.connect("127.0.0.1", 40_003, 1);
+    net.run(Duration::from_secs(1));
+    assert!(net.connected(c));
 }
