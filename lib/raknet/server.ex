@@ -70,7 +70,10 @@ defmodule RakNet.Server do
       `udp_recv_calls`, `udp_datagrams_out`, `udp_send_calls`: on Linux up to 32 datagrams
       per call; `udp_gso_sends`, `udp_gso_datagrams`: the send calls that carried runs of
       datagrams to one peer as UDP GSO segments, Linux 4.18+, and their datagrams;
-      `udp_gso_refused`: 1 if the kernel refused that and the socket stopped trying), the commands its thread applied (`commands`: sends, closes, ...) and the
+      `udp_gso_refused`: 1 if the kernel refused that and the socket stopped trying;
+      `udp_send_full`: sends that found the socket's send buffer full, whose datagrams then
+      waited for room, and `udp_send_waits`: the thread's wake-ups for that room), the
+      commands its thread applied (`commands`: sends, closes, ...) and the
       loop turns that applied any (`command_turns`; commands sent while the thread is busy
       are applied together), and the buffer sizes the kernel granted (`recv_buffer_bytes`,
       `send_buffer_bytes`, per thread's socket), summed over its endpoint threads, and

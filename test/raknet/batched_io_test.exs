@@ -217,6 +217,34 @@ defmodule RakNet.BatchedIoTest do
     end
   end
 
+  test "datagrams that find the send buffer full wait for room, then go in order" do
+    # Tests only: every other send finds the buffer "full" (on loopback a send buffer never
+    # fills), so the endpoint thread waits for room on every flush.
+    {endpoint, client, conn} = raw_endpoint(%{send_full_fault: true})
+
+    send_echoed(conn, client, counting(256 <<< 10))
+
+    for i <- 1..50,
+        do:
+          {:ok, nil} =
+            RakNet.Native.conn_send(conn, :reliable_ordered, 0, :medium, <<0x86, i::32>>)
+
+    got =
+      for _ <- 1..50 do
+        assert_receive {:raknet, ^client, 0x86, <<i::32>>, _}, 5_000
+        i
+      end
+
+    assert got == Enum.to_list(1..50)
+    %{stats: stats} = RakNet.Native.endpoint_info(endpoint)
+    assert stats.udp_send_full > 10, inspect(stats)
+    # The thread waited for room, and room woke it (not only its timers).
+    assert stats.udp_send_waits > 0, inspect(stats)
+    assert stats.udp_datagrams_out > 180, inspect(stats)
+    Connection.close(client)
+    RakNet.Native.endpoint_stop(endpoint)
+  end
+
   if match?({:unix, :linux}, :os.type()) do
     for {host, dual_stack, target} <- [{"::", true, "127.0.0.2"}, {"::", false, "::1"}] do
       test "UDP_SEGMENT runs from #{host} (dual_stack: #{dual_stack}) to a client of #{target} leave from the address it sent to" do
@@ -476,7 +504,6 @@ defmodule RakNet.BatchedIoTest do
     <<0x86, tag, i::32, filler::binary>>
   end
 
-  # 0x86, the index, then filler that depends on it: a datagram mixed up with another fails.
   # A native endpoint this test owns (it reads {:raknet, ...} messages itself), with `extra`
   # keys in its runtime options, and a client connected to it: `{endpoint, client, conn}`.
   defp raw_endpoint(extra) do
@@ -496,6 +523,7 @@ defmodule RakNet.BatchedIoTest do
     {endpoint, client, conn}
   end
 
+  # 0x86, the index, then filler that depends on it: a datagram mixed up with another fails.
   defp payload(i) do
     filler = :binary.copy(<<rem(i, 251)>>, @size - 5)
     <<0x86, i::32, filler::binary>>

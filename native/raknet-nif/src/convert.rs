@@ -33,6 +33,8 @@ pub(crate) struct EndpointOptions {
     /// Sends may be carried out on the caller's scheduler thread while the endpoint's thread
     /// waits (`driver::Shared`); `false` sends everything through the thread.
     pub(crate) inline_sends: bool,
+    /// Tests only: every other send finds the socket's buffer "full" (`Udp::fake_full_buffer`).
+    pub(crate) send_full_fault: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
 }
@@ -218,6 +220,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             (true, true) => crate::udp::Gso::RefuseFirst,
         },
         inline_sends: get::<bool>(map, "inline_sends").unwrap_or(true),
+        send_full_fault: get::<bool>(map, "send_full_fault").unwrap_or(false),
         config,
         budget: crate::resource::DeliveryBudget {
             messages: get::<usize>(map, "max_pending_deliveries")?.max(16),

@@ -202,9 +202,15 @@ impl Shared {
 
     /// One turn of the loop: apply the commands, receive what waits, run the timers, send what
     /// the engine wrote, deliver its events. `None`: the endpoint has stopped.
-    fn turn(&self, rx: &mut UnboundedReceiver<Command>, cmds: &mut Vec<Command>) -> Option<Wait> {
+    fn turn(
+        &self,
+        rx: &mut UnboundedReceiver<Command>,
+        cmds: &mut Vec<Command>,
+        writable: bool,
+    ) -> Option<Wait> {
         let mut guard = self.lock();
         let driver = guard.as_mut()?;
+        driver.send_waits += u64::from(writable);
         // Everything enqueued up to now, in order, before any datagram: a new MOTD before a
         // ping, a send before the peer's ACK. And again after each read from the socket,
         // before its datagrams: a command enqueued before a datagram was sent (a limit set
@@ -287,13 +293,26 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedRe
         deadline: None,
         blocked: false,
     };
+    let mut write_wait = None;
     loop {
+        if !wait.blocked {
+            write_wait = None;
+        } else if write_wait.is_none() {
+            write_wait = io.write_wait().ok();
+        }
         let sleep = async {
             match wait.deadline {
                 Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
                 None => std::future::pending().await,
             }
         };
+        // Without a registration (no descriptor to spare), the next turn tries again at once.
+        let writable = async {
+            if let Some(w) = &write_wait {
+                let _ = w.ready().await;
+            }
+        };
+        let mut room = false;
         tokio::select! {
             biased;
             cmd = rx.recv() => match cmd {
@@ -301,11 +320,11 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedRe
                 None => return,
             },
             _ = io.readable() => {}
-            _ = io.writable(), if wait.blocked => {}
+            () = writable, if wait.blocked => room = true,
             () = shared.wake.notified() => {}
             () = sleep => {}
         }
-        match shared.turn(&mut rx, &mut cmds) {
+        match shared.turn(&mut rx, &mut cmds, room) {
             Some(next) => wait = next,
             None => return,
         }
@@ -342,6 +361,8 @@ pub(crate) struct Driver {
     /// Sends carried out on a caller's thread, and those of them that woke the thread.
     inline_sends: u64,
     inline_wakeups: u64,
+    /// Turns started because the socket had room again for datagrams that waited for it.
+    send_waits: u64,
     /// Connections with messages in their `batch` (batch delivery only).
     batched: Vec<ConnId>,
     log_window: Instant,
@@ -385,6 +406,7 @@ impl Driver {
             armed: None,
             inline_sends: 0,
             inline_wakeups: 0,
+            send_waits: 0,
             batched: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
@@ -724,6 +746,8 @@ impl Driver {
                     ("udp_gso_sends", udp.gso_sends),
                     ("udp_gso_datagrams", udp.gso_datagrams),
                     ("udp_gso_refused", udp.gso_refused),
+                    ("udp_send_full", udp.send_full),
+                    ("udp_send_waits", self.send_waits),
                     ("commands", self.commands),
                     ("command_turns", self.command_turns),
                     ("inline_sends", self.inline_sends),

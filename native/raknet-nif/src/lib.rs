@@ -338,8 +338,12 @@ fn start_endpoints<'a>(
         let thread_me = me.clone();
         let batched_io = options.batched_io;
         let gso = options.gso;
+        let send_full_fault = options.send_full_fault;
         let driver = async move {
-            let socket = udp::Udp::new(udp::Sock::new(socket)?, pktinfo, batched_io, gso);
+            let mut socket = udp::Udp::new(udp::Sock::new(socket)?, pktinfo, batched_io, gso);
+            if send_full_fault {
+                socket.fake_full_buffer();
+            }
             let driver = driver::Driver::new(endpoint, socket, thread_me, owner);
             driver::run(shared, driver, rx).await;
             Ok::<(), std::io::Error>(())

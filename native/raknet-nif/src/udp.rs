@@ -222,6 +222,8 @@ pub(crate) struct Counters {
     pub(crate) gso_datagrams: u64,
     /// Segmented sends the kernel refused: at most one, as the socket then stops trying.
     pub(crate) gso_refused: u64,
+    /// Sends that found the send buffer full: the datagrams left waited for room.
+    pub(crate) send_full: u64,
 }
 
 /// The socket as the endpoint uses it. On Unix it is registered with the runtime for reads
@@ -303,19 +305,45 @@ impl Sock {
         self.io.readable().await
     }
 
-    /// Until the send buffer has room.
-    pub(crate) async fn writable(&self) -> io::Result<()> {
+    /// A wait for room in the send buffer, for while datagrams wait for it.
+    pub(crate) fn write_wait(self: &Arc<Self>) -> io::Result<WriteWait> {
         #[cfg(unix)]
         {
-            // Registered only for the wait: epoll reports a socket already writable at once.
-            let dup = tokio::io::unix::AsyncFd::with_interest(
+            // A duplicate registered for writes, only while needed: registered for good, each
+            // datagram sent would raise a write edge and wake the thread for nothing.
+            let fd = tokio::io::unix::AsyncFd::with_interest(
                 self.io.get_ref().try_clone()?,
                 tokio::io::Interest::WRITABLE,
             )?;
-            dup.writable().await.map(|_| ())
+            Ok(WriteWait { fd })
         }
         #[cfg(not(unix))]
-        self.io.writable().await
+        Ok(WriteWait { sock: self.clone() })
+    }
+}
+
+/// See [`Sock::write_wait`]. Kept across the loop's turns while the send buffer stays full:
+/// one registration (a `dup`, two `epoll_ctl` and a `close`) per episode, not per turn.
+pub(crate) struct WriteWait {
+    #[cfg(unix)]
+    fd: tokio::io::unix::AsyncFd<std::net::UdpSocket>,
+    #[cfg(not(unix))]
+    sock: Arc<Sock>,
+}
+
+impl WriteWait {
+    /// Until the send buffer has room. Epoll reports a socket already writable at once; the
+    /// readiness is cleared as it is reported, so the next wait lasts until a new edge, which
+    /// a send that finds the buffer full again is sure to be followed by.
+    pub(crate) async fn ready(&self) -> io::Result<()> {
+        #[cfg(unix)]
+        {
+            let mut guard = self.fd.writable().await?;
+            guard.clear_ready();
+            Ok(())
+        }
+        #[cfg(not(unix))]
+        self.sock.io.writable().await
     }
 }
 
@@ -345,6 +373,8 @@ pub(crate) struct Udp {
     /// one turns GSO off.
     #[cfg(target_os = "linux")]
     gso_worked: bool,
+    /// Tests only ([`Udp::fake_full_buffer`]): whether the next send finds the buffer "full".
+    full_fault: Option<bool>,
     counters: Counters,
 }
 
@@ -375,8 +405,16 @@ impl Udp {
             gso_fault,
             #[cfg(target_os = "linux")]
             gso_worked: false,
+            full_fault: None,
             counters: Counters::default(),
         }
+    }
+
+    /// Tests only: every other call of [`Udp::send_batch`] sends nothing, as if the send
+    /// buffer were full, so that the wait for room runs whatever the kernel does (loopback
+    /// never fills a send buffer: the receiver is charged for the datagrams at once).
+    pub(crate) fn fake_full_buffer(&mut self) {
+        self.full_fault = Some(true);
     }
 
     pub(crate) fn counters(&self) -> Counters {
@@ -432,6 +470,13 @@ impl Udp {
     /// writable). A datagram the kernel refuses (an unreachable peer) is skipped: the engine's
     /// timers handle the silence.
     pub(crate) fn send_batch(&mut self, out: &Outbox, from: usize) -> usize {
+        if let (Some(full), true) = (&mut self.full_fault, from < out.items.len()) {
+            *full = !*full;
+            if !*full {
+                self.counters.send_full += 1;
+                return from;
+            }
+        }
         let mut next = from;
         while let Some(first) = out.items.get(next) {
             #[cfg(target_os = "linux")]
@@ -472,6 +517,7 @@ impl Udp {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         self.counters.send_calls += 1;
+                        self.counters.send_full += 1;
                         return next;
                     }
                     Err(e) if e.raw_os_error() == Some(nix::libc::ENOSYS) => {
@@ -495,7 +541,10 @@ impl Udp {
             self.counters.send_calls += 1;
             match self.try_send(out.data(first), first.to, first.source) {
                 Ok(_) => self.counters.datagrams_out += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return next,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.counters.send_full += 1;
+                    return next;
+                }
                 Err(_) => {}
             }
             next += 1;
