@@ -93,21 +93,25 @@ defmodule RakNet do
     end
   end
 
-  # A socket holds one connection per server address. The node remembers which endpoint has
-  # one for 15 s after connecting; a connection that outlived that (to a server whose port was
-  # later given to another server, say) makes its endpoint answer :address_in_use. The
-  # checkout just made keeps that endpoint reserved, so the next one picks another.
+  # A socket holds one connection per server address: the checkout skips endpoints that have
+  # one to this server (they say so for as long as it lives) and reserves the one it returns
+  # until the connect has returned. Should an endpoint still answer :address_in_use, which
+  # that bookkeeping leaves no room for, the connect goes to another (up to 3 attempts).
   defp connect_ip(ip, port, opts, native, timeout, attempts) do
     with {:ok, endpoint} <- RakNet.ClientEndpoint.checkout(ip, port) do
       address = ip |> :inet.ntoa() |> to_string()
 
       result =
-        case Keyword.get(opts, :client) do
-          {module, data} ->
-            connect_client({endpoint, native}, address, port, module, data, timeout)
+        try do
+          case Keyword.get(opts, :client) do
+            {module, data} ->
+              connect_client({endpoint, native}, address, port, module, data, timeout)
 
-          nil ->
-            connect_raw({endpoint, native}, address, port, timeout)
+            nil ->
+              connect_raw({endpoint, native}, address, port, timeout)
+          end
+        after
+          RakNet.ClientEndpoint.checkin(endpoint, ip, port)
         end
 
       case result do

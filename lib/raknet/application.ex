@@ -51,17 +51,26 @@ defmodule RakNet.ClientEndpoint do
   @doc """
   An endpoint for connecting to `ip:port` with no connection to that server yet: the least
   loaded one, or a new one on the next client thread while there are fewer endpoints than
-  threads.
+  threads. It is reserved for the caller's connect until `checkin/3` (or the caller's exit):
+  from then on the endpoint itself says it has that connection, for as long as it lives
+  (`RakNet.Native.endpoint_connected_to/3`).
   """
   @spec checkout(:inet.ip_address(), :inet.port_number()) :: {:ok, reference()} | {:error, term()}
   def checkout(ip, port), do: GenServer.call(__MODULE__, {:checkout, ip, port})
+
+  @doc "The connect that `checkout/2` reserved `endpoint` for has returned."
+  @spec checkin(reference(), :inet.ip_address(), :inet.port_number()) :: :ok
+  def checkin(endpoint, ip, port),
+    do: GenServer.cast(__MODULE__, {:checkin, endpoint, {ip, port}})
 
   @doc "The endpoints started so far, per address family (`:inet`, `:inet6`)."
   @spec endpoints() :: %{optional(:inet | :inet6) => [reference()]}
   def endpoints, do: GenServer.call(__MODULE__, :endpoints)
 
   @impl GenServer
-  def init(:ok), do: {:ok, %{endpoints: %{}, used: %{}}}
+  # `reserved`: {endpoint, {ip, port}} => the monitor of the process connecting through it;
+  # `monitors`: the reverse.
+  def init(:ok), do: {:ok, %{endpoints: %{}, reserved: %{}, monitors: %{}}}
 
   @impl GenServer
   def handle_call({:any, ip}, _from, state) do
@@ -83,12 +92,19 @@ defmodule RakNet.ClientEndpoint do
     end
   end
 
-  def handle_call({:checkout, ip, port}, _from, state) do
+  def handle_call({:checkout, ip, port}, {pid, _}, state) do
     family = family(ip)
     endpoints = Map.get(state.endpoints, family, [])
     # An endpoint may hold one connection per server address: the candidates are those
-    # without one to this server.
-    free = Enum.reject(endpoints, &MapSet.member?(reserved(state, &1), {ip, port}))
+    # without one to this server, or a connect to it under way.
+    host = ip |> :inet.ntoa() |> to_string()
+
+    free =
+      Enum.reject(endpoints, fn endpoint ->
+        Map.has_key?(state.reserved, {endpoint, {ip, port}}) or
+          RakNet.Native.endpoint_connected_to(endpoint, host, port)
+      end)
+
     loads = Map.new(free, &{&1, load(state, &1)})
     least = Enum.min_by(free, &Map.fetch!(loads, &1), fn -> nil end)
 
@@ -101,27 +117,40 @@ defmodule RakNet.ClientEndpoint do
         {:reply, error, state}
 
       endpoint ->
-        used =
-          Map.update(state.used, endpoint, MapSet.new([{ip, port}]), &MapSet.put(&1, {ip, port}))
-
         endpoints = if grow, do: endpoints ++ [endpoint], else: endpoints
-        # Forget the reservation after the connection had time to fail or succeed; a
-        # reconnect to the same server then reuses the endpoint.
-        Process.send_after(self(), {:release, endpoint, {ip, port}}, 15_000)
+        key = {endpoint, {ip, port}}
+        monitor = Process.monitor(pid)
 
-        {:reply, {:ok, endpoint},
-         %{state | endpoints: Map.put(state.endpoints, family, endpoints), used: used}}
+        state = %{
+          state
+          | endpoints: Map.put(state.endpoints, family, endpoints),
+            reserved: Map.put(state.reserved, key, monitor),
+            monitors: Map.put(state.monitors, monitor, key)
+        }
+
+        {:reply, {:ok, endpoint}, state}
     end
   end
 
   def handle_call(:endpoints, _from, state), do: {:reply, state.endpoints, state}
 
-  defp reserved(state, endpoint), do: Map.get(state.used, endpoint, MapSet.new())
+  @impl GenServer
+  def handle_cast({:checkin, endpoint, server}, state) do
+    case Map.pop(state.reserved, {endpoint, server}) do
+      {nil, _} ->
+        {:noreply, state}
 
-  # Connections on an endpoint: those its thread counted, or, while more are being set up,
-  # the reservations made for it.
+      {monitor, reserved} ->
+        Process.demonitor(monitor, [:flush])
+        {:noreply, %{state | reserved: reserved, monitors: Map.delete(state.monitors, monitor)}}
+    end
+  end
+
+  # Connections on an endpoint (connecting ones included, as the NIF counts them), or the
+  # connects reserved on it, whichever is more.
   defp load(state, endpoint) do
-    max(RakNet.Native.endpoint_load(endpoint), MapSet.size(reserved(state, endpoint)))
+    reserved = Enum.count(state.reserved, fn {{e, _}, _} -> e == endpoint end)
+    max(RakNet.Native.endpoint_load(endpoint), reserved)
   end
 
   # How many threads the node's client endpoints are spread over (app env
@@ -134,9 +163,15 @@ defmodule RakNet.ClientEndpoint do
   end
 
   @impl GenServer
-  def handle_info({:release, endpoint, key}, state) do
-    {:noreply,
-     %{state | used: Map.update(state.used, endpoint, MapSet.new(), &MapSet.delete(&1, key))}}
+  def handle_info({:DOWN, monitor, :process, _pid, _reason}, state) do
+    # The connecting process died before its checkin.
+    case Map.pop(state.monitors, monitor) do
+      {nil, _} ->
+        {:noreply, state}
+
+      {key, monitors} ->
+        {:noreply, %{state | reserved: Map.delete(state.reserved, key), monitors: monitors}}
+    end
   end
 
   def handle_info({:raknet_endpoint, _endpoint, :log, level, text}, state) do

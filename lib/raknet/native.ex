@@ -63,6 +63,11 @@ defmodule RakNet.Native do
   def endpoint_load(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  # Whether the endpoint has a connection out to host:port, or is connecting (never blocks).
+  @spec endpoint_connected_to(reference(), String.t(), :inet.port_number()) :: boolean()
+  def endpoint_connected_to(_endpoint, _host, _port), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_set_offline_ping_response(reference(), binary()) :: :ok | {:error, :too_large}
   def endpoint_set_offline_ping_response(_endpoint, _data), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -122,19 +122,7 @@ defmodule RakNet.EndpointThreadsTest do
   end
 
   test "outgoing connections are spread over the client threads, the least loaded first" do
-    previous = Application.fetch_env(:raknet, :client_threads)
-    Application.put_env(:raknet, :client_threads, 2)
-
-    on_exit(fn ->
-      case previous do
-        {:ok, value} -> Application.put_env(:raknet, :client_threads, value)
-        :error -> Application.delete_env(:raknet, :client_threads)
-      end
-    end)
-
-    # A fresh pool: endpoints and reservations left by earlier tests would skew the loads.
-    :ok = Supervisor.terminate_child(RakNet.Supervisor, RakNet.ClientEndpoint)
-    {:ok, _} = Supervisor.restart_child(RakNet.Supervisor, RakNet.ClientEndpoint)
+    fresh_client_pool(2)
 
     ports = for _ <- 1..4, do: elem(start_server([]), 1)
 
@@ -171,43 +159,82 @@ defmodule RakNet.EndpointThreadsTest do
     for conn <- conns, do: Connection.close(conn)
   end
 
-  test "a connect that meets an endpoint still connected to that address takes another one" do
-    previous = Application.fetch_env(:raknet, :client_threads)
-    Application.put_env(:raknet, :client_threads, 1)
+  test "an endpoint connected to a server is not offered for it again until that connection ends" do
+    fresh_client_pool(1)
+    {_server, port} = start_server([])
+
+    assert {:ok, first} = RakNet.connect("127.0.0.1", port)
+    [busy] = RakNet.ClientEndpoint.endpoints()[:inet]
+    assert endpoint_of(first) == busy
+    # The connect has returned: nothing is reserved any more, and the endpoint itself says
+    # it holds a connection to that server, for as long as the connection lives (it used to
+    # be a 15 s reservation, after which the endpoint was offered again).
+    assert :sys.get_state(RakNet.ClientEndpoint).reserved == %{}
+    assert RakNet.Native.endpoint_connected_to(busy, "127.0.0.1", port)
+    refute RakNet.Native.endpoint_connected_to(busy, "127.0.0.1", port + 1)
+    # The socket takes no second connection to that server, and says so at once.
+    assert {:error, :address_in_use} =
+             RakNet.Native.endpoint_connect(busy, "127.0.0.1", port, self())
+
+    # So a second connection to it gets an endpoint of its own.
+    assert {:ok, second} = RakNet.connect("127.0.0.1", port)
+    other = endpoint_of(second)
+    assert other != busy
+
+    for conn <- [first, second] do
+      {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "echo">>)
+      assert_receive {:raknet, ^conn, 0x86, "echo", _}, 5_000
+    end
+
+    # Once the first connection ended, its endpoint is the least loaded one for that server.
+    :ok = Connection.close(first)
+    assert_receive {:raknet_disconnect, ^first, _}, 5_000
+    refute RakNet.Native.endpoint_connected_to(busy, "127.0.0.1", port)
+    assert {:ok, third} = RakNet.connect("127.0.0.1", port)
+    assert endpoint_of(third) == busy
+    for conn <- [second, third], do: Connection.close(conn)
+  end
+
+  test "a client the server closed can connect to it again at once" do
+    fresh_client_pool(1)
     {_server, port} = start_server([])
     assert {:ok, first} = RakNet.connect("127.0.0.1", port)
-    {:ok, %{local_address: {_, first_port}}} = Connection.info(first)
+    assert_receive {:client_new, server_side}, 5_000
 
-    # The bookkeeping lapses (after 15 s in real use) while the connection lives, and that
-    # endpoint is the only one on offer.
-    key = {{127, 0, 0, 1}, port}
-    endpoints = RakNet.ClientEndpoint.endpoints()[:inet]
-    [busy] = Enum.filter(endpoints, &(RakNet.Native.endpoint_info(&1).port == first_port))
-    for endpoint <- endpoints, do: send(RakNet.ClientEndpoint, {:release, endpoint, key})
+    # The server closes the connection. The client acknowledges its 0x15 for a while
+    # (draining): until then its socket cannot connect to that server, and the pool, whose
+    # only endpoint it is, starts another one.
+    :ok = Connection.close(server_side)
+    assert_receive {:raknet_disconnect, ^first, _reason}, 5_000
+    assert {:ok, second} = RakNet.connect("127.0.0.1", port)
 
-    :sys.replace_state(RakNet.ClientEndpoint, fn state ->
-      put_in(state.endpoints[:inet], [busy])
-    end)
+    {:ok, nil} = Connection.send(second, :reliable, <<0x86, "again">>)
+    assert_receive {:raknet, ^second, 0x86, "again", _}, 5_000
+    Connection.close(second)
+  end
+
+  # `:client_threads` set to `threads` for this test, and a fresh pool of client endpoints:
+  # endpoints and reservations left by earlier tests would skew which one a connect takes.
+  defp fresh_client_pool(threads) do
+    previous = Application.fetch_env(:raknet, :client_threads)
+    Application.put_env(:raknet, :client_threads, threads)
 
     on_exit(fn ->
-      :sys.replace_state(RakNet.ClientEndpoint, fn state ->
-        put_in(state.endpoints[:inet], Enum.uniq(endpoints ++ state.endpoints[:inet]))
-      end)
-
       case previous do
         {:ok, value} -> Application.put_env(:raknet, :client_threads, value)
         :error -> Application.delete_env(:raknet, :client_threads)
       end
     end)
 
-    assert {:ok, second} = RakNet.connect("127.0.0.1", port)
-    {:ok, %{local_address: {_, second_port}}} = Connection.info(second)
-    assert second_port != first_port
+    :ok = Supervisor.terminate_child(RakNet.Supervisor, RakNet.ClientEndpoint)
+    {:ok, _} = Supervisor.restart_child(RakNet.Supervisor, RakNet.ClientEndpoint)
+  end
 
-    for conn <- [first, second] do
-      {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "echo">>)
-      assert_receive {:raknet, ^conn, 0x86, "echo", _}, 5_000
-      Connection.close(conn)
-    end
+  defp endpoint_of(conn) do
+    {:ok, %{local_address: {_ip, local_port}}} = Connection.info(conn)
+
+    Enum.find(RakNet.ClientEndpoint.endpoints()[:inet], fn endpoint ->
+      RakNet.Native.endpoint_info(endpoint).port == local_port
+    end)
   end
 end

@@ -78,6 +78,9 @@ struct Slot {
     close_reason: Option<Vec<u8>>,
     /// Messages for the owner's next `{:raknet_batch, ...}` (batch delivery only).
     batch: Vec<(Bytes, Duration)>,
+    /// The server of an outgoing connection, claimed in `EndpointResource::servers` until
+    /// the connection ends.
+    server: Option<SocketAddr>,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -239,6 +242,7 @@ impl Shared {
             driver.sample_rates(now);
         }
         let sent_all = driver.flush();
+        driver.release_drained();
         driver.me.load.store(driver.conns.len(), Ordering::Relaxed);
         if let Some(stop) = driver.stop_deadline {
             if driver.endpoint.stats().connections == 0 || Instant::now() >= stop {
@@ -361,6 +365,11 @@ pub(crate) struct Driver {
     /// Sends carried out on a caller's thread, and those of them that woke the thread.
     inline_sends: u64,
     inline_wakeups: u64,
+    /// Outgoing connections reported ended whose engine state still holds the server's
+    /// address (draining: acknowledging the peer's last datagrams). The address is given
+    /// back to `EndpointResource::servers` once the engine forgot it: until then the socket
+    /// cannot connect to that server again, and the node's pool offers another endpoint.
+    draining: Vec<(ConnId, SocketAddr)>,
     /// Turns started because the socket had room again for datagrams that waited for it.
     send_waits: u64,
     /// Connections with messages in their `batch` (batch delivery only).
@@ -406,6 +415,7 @@ impl Driver {
             armed: None,
             inline_sends: 0,
             inline_wakeups: 0,
+            draining: Vec::new(),
             send_waits: 0,
             batched: Vec::new(),
             log_window: Instant::now(),
@@ -635,10 +645,12 @@ impl Driver {
             } => match self.endpoint.connect_with(now, addr, opts) {
                 Ok(id) => {
                     self.keys.insert(conn.key, id);
-                    self.conns
-                        .insert(id, Slot::new(conn, Some(owner), Role::Client));
+                    let mut slot = Slot::new(conn, Some(owner), Role::Client);
+                    slot.server = Some(addr);
+                    self.conns.insert(id, slot);
                 }
                 Err(e) => {
+                    self.me.release_server(addr);
                     conn.closed.store(true, Ordering::Relaxed);
                     let _ = self.env.send_and_clear(&owner, |env| {
                         (
@@ -873,6 +885,21 @@ impl Driver {
         self.rates = pass.finish();
     }
 
+    /// Give back the servers of ended outgoing connections the engine has forgotten.
+    fn release_drained(&mut self) {
+        if self.draining.is_empty() {
+            return;
+        }
+        let (endpoint, me) = (&self.endpoint, &self.me);
+        self.draining.retain(|&(id, server)| {
+            let held = endpoint.conn_by_addr(server) == Some(id);
+            if !held {
+                me.release_server(server);
+            }
+            held
+        });
+    }
+
     fn forget(&mut self, id: ConnId) {
         if let Some(slot) = self.conns.remove(&id) {
             self.keys.remove(&slot.res.key);
@@ -1076,6 +1103,9 @@ impl Driver {
                     return;
                 };
                 slot.res.closed.store(true, Ordering::Relaxed);
+                if let Some(server) = slot.server.take() {
+                    self.draining.push((conn, server));
+                }
                 let res = slot.res.clone();
                 if slot.reported {
                     self.forget(conn);
@@ -1293,6 +1323,7 @@ impl Slot {
             rates: ConnRates::default(),
             close_reason: None,
             batch: Vec::new(),
+            server: None,
         }
     }
 }

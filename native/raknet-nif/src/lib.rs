@@ -333,6 +333,7 @@ fn start_endpoints<'a>(
             fault_injection: options.fault_injection,
             batch_delivery: options.batch_delivery,
             load: AtomicUsize::new(0),
+            servers: std::sync::Mutex::default(),
         });
         env.monitor(&me, &owner);
         let thread_me = me.clone();
@@ -384,10 +385,21 @@ fn endpoint_info(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<
 }
 
 /// How many connections the endpoint holds, connecting ones included (as of its thread's
-/// last loop turn; never blocks): what the node's client endpoints are balanced by.
+/// last loop turn, or the outgoing ones asked for since; never blocks): what the node's
+/// client endpoints are balanced by.
 #[rustler::nif]
 fn endpoint_load(endpoint: ResourceArc<EndpointResource>) -> usize {
-    endpoint.load.load(Ordering::Relaxed)
+    endpoint
+        .load
+        .load(Ordering::Relaxed)
+        .max(endpoint.outgoing())
+}
+
+/// Whether the endpoint has a connection out to `host:port`, or is connecting to it (never
+/// blocks on the thread): one that has cannot take another connection to that server.
+#[rustler::nif]
+fn endpoint_connected_to(endpoint: ResourceArc<EndpointResource>, host: String, port: u16) -> bool {
+    parse_host(&host).is_some_and(|ip| endpoint.connected_to(SocketAddr::new(ip, port)))
 }
 
 #[rustler::nif]
@@ -547,6 +559,11 @@ fn endpoint_connect<'a>(
         Ok(addr) => addr,
         Err(reason) => return error(env, reason),
     };
+    // One connection per server and socket: said at once, without a round trip to the
+    // thread (which would refuse it too, as `{:raknet_connect_failed, ...}`).
+    if !endpoint.claim_server(addr) {
+        return error(env, atoms::address_in_use());
+    }
     let conn = ResourceArc::new(endpoint.new_conn());
     conn.batch_delivery
         .store(opts.batch_delivery, Ordering::Relaxed);
@@ -561,6 +578,7 @@ fn endpoint_connect<'a>(
         })
         .is_err()
     {
+        endpoint.release_server(addr);
         return error(env, atoms::closed());
     }
     (atoms::ok(), conn).encode(env)

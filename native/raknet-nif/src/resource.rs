@@ -3,6 +3,7 @@
 //! Both are monitored on their owner process: an endpoint whose owner exits shuts down, a
 //! connection whose owner exits closes gracefully.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -51,6 +52,13 @@ pub(crate) struct EndpointResource {
     /// Connections the endpoint holds (connecting ones included), as of its thread's last
     /// loop turn: what `endpoint_load` reads without asking the thread.
     pub(crate) load: AtomicUsize,
+    /// The servers this endpoint has an outgoing connection to, or is connecting to (one
+    /// each: the socket tells connections apart by the peer's address). Taken by
+    /// `endpoint_connect` before the thread sees the connect, given back by the thread when
+    /// that connection ends; read by `endpoint_connected_to`, so the node's pool of client
+    /// endpoints knows which ones can take a connection to a server, for as long as each
+    /// connection lives.
+    pub(crate) servers: Mutex<HashSet<SocketAddr>>,
 }
 
 impl EndpointResource {
@@ -62,6 +70,34 @@ impl EndpointResource {
             self.max_message_bytes,
             self.budget,
         )
+    }
+
+    /// Take `server` for a new outgoing connection: `false` if one to it exists already.
+    pub(crate) fn claim_server(&self, server: SocketAddr) -> bool {
+        self.lock_servers()
+            .insert(raknet_proto::addr::unmap(server))
+    }
+
+    /// An outgoing connection to `server` ended (or never started).
+    pub(crate) fn release_server(&self, server: SocketAddr) {
+        self.lock_servers()
+            .remove(&raknet_proto::addr::unmap(server));
+    }
+
+    /// Outgoing connections (connecting ones included).
+    pub(crate) fn outgoing(&self) -> usize {
+        self.lock_servers().len()
+    }
+
+    /// Whether an outgoing connection to `server` exists (or is being set up).
+    pub(crate) fn connected_to(&self, server: SocketAddr) -> bool {
+        self.lock_servers()
+            .contains(&raknet_proto::addr::unmap(server))
+    }
+
+    fn lock_servers(&self) -> std::sync::MutexGuard<'_, HashSet<SocketAddr>> {
+        // A set of addresses is consistent after any step: a poisoned lock is still usable.
+        self.servers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this endpoint's socket can send to `ip`.
