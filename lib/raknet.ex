@@ -89,16 +89,21 @@ defmodule RakNet do
     native = native_connect_opts(opts)
 
     with {:ok, ip} <- resolve(host) do
-      connect_ip(ip, port, opts, native, timeout, 3)
+      connect_ip(ip, port, opts, native, timeout, [])
     end
   end
 
   # A socket holds one connection per server address: the checkout skips endpoints that have
   # one to this server (they say so for as long as it lives) and reserves the one it returns
-  # until the connect has returned. Should an endpoint still answer :address_in_use, which
-  # that bookkeeping leaves no room for, the connect goes to another (up to 3 attempts).
-  defp connect_ip(ip, port, opts, native, timeout, attempts) do
-    with {:ok, endpoint} <- RakNet.ClientEndpoint.checkout(ip, port) do
+  # until the connect has returned. A server that still holds a connection from that socket's
+  # address (one it closed and is still lingering on, unacknowledged: a ban does that) answers
+  # :already_connected; the connect then goes through another socket, which is another client
+  # to the server (up to 3 attempts, each through an endpoint not tried yet). :address_in_use,
+  # which the bookkeeping leaves no room for, is retried the same way.
+  @retried [:already_connected, :address_in_use]
+
+  defp connect_ip(ip, port, opts, native, timeout, tried) do
+    with {:ok, endpoint} <- RakNet.ClientEndpoint.checkout(ip, port, tried) do
       address = ip |> :inet.ntoa() |> to_string()
 
       result =
@@ -115,8 +120,8 @@ defmodule RakNet do
         end
 
       case result do
-        {:error, :address_in_use} when attempts > 1 ->
-          connect_ip(ip, port, opts, native, timeout, attempts - 1)
+        {:error, reason} when reason in @retried and length(tried) < 2 ->
+          connect_ip(ip, port, opts, native, timeout, [endpoint | tried])
 
         result ->
           result

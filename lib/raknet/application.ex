@@ -53,10 +53,13 @@ defmodule RakNet.ClientEndpoint do
   loaded one, or a new one on the next client thread while there are fewer endpoints than
   threads. It is reserved for the caller's connect until `checkin/3` (or the caller's exit):
   from then on the endpoint itself says it has that connection, for as long as it lives
-  (`RakNet.Native.endpoint_connected_to/3`).
+  (`RakNet.Native.endpoint_connected_to/3`). Endpoints in `exclude` are not offered (those a
+  connect already failed through).
   """
-  @spec checkout(:inet.ip_address(), :inet.port_number()) :: {:ok, reference()} | {:error, term()}
-  def checkout(ip, port), do: GenServer.call(__MODULE__, {:checkout, ip, port})
+  @spec checkout(:inet.ip_address(), :inet.port_number(), [reference()]) ::
+          {:ok, reference()} | {:error, term()}
+  def checkout(ip, port, exclude \\ []),
+    do: GenServer.call(__MODULE__, {:checkout, ip, port, exclude})
 
   @doc "The connect that `checkout/2` reserved `endpoint` for has returned."
   @spec checkin(reference(), :inet.ip_address(), :inet.port_number()) :: :ok
@@ -92,7 +95,7 @@ defmodule RakNet.ClientEndpoint do
     end
   end
 
-  def handle_call({:checkout, ip, port}, {pid, _}, state) do
+  def handle_call({:checkout, ip, port, exclude}, {pid, _}, state) do
     family = family(ip)
     endpoints = Map.get(state.endpoints, family, [])
     # An endpoint may hold one connection per server address: the candidates are those
@@ -101,7 +104,7 @@ defmodule RakNet.ClientEndpoint do
 
     free =
       Enum.reject(endpoints, fn endpoint ->
-        Map.has_key?(state.reserved, {endpoint, {ip, port}}) or
+        endpoint in exclude or Map.has_key?(state.reserved, {endpoint, {ip, port}}) or
           RakNet.Native.endpoint_connected_to(endpoint, host, port)
       end)
 
