@@ -64,7 +64,9 @@ defmodule RakNet.Server.Config do
     * `:handshake_timeout_ms` - how long a handshake may take. Default `10_000`.
     * `:max_half_open` - handshakes in progress (between open-connection-request-2 and
       new-incoming-connection) remembered at once, each in a record of at most 64 bytes, no
-      connection: beyond it the oldest is forgotten. Default `4096`.
+      connection: beyond it the oldest is forgotten. Clients proven by their cookie
+      (protocols 10/11) are counted apart from the others, each kind up to this limit, so a
+      spoofed flood never pushes out a proven client's handshake. Default `4096`.
     * `:max_half_open_per_ip` - of those, from one IP address. Default `64`.
     * `:max_connections_per_ip` - connections one IP address may hold (players behind one
       NAT share one); beyond it clients get "no free incoming connections". Default `128`.

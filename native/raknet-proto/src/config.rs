@@ -104,7 +104,9 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionLimits {
     /// Most handshakes between OCR2 and 0x13 held at once (each a record of at most 64
-    /// bytes, no connection). Beyond it the oldest is forgotten. Default 4096.
+    /// bytes, no connection), counted apart for addresses proven by a cookie and the
+    /// others: beyond it the oldest of the same kind is forgotten, so spoofed OCR2s never
+    /// push out a proven handshake. Default 4096 (of each kind).
     pub max_half_open: usize,
     /// Most of those from one IP; further OCR2s from it are dropped until one completes or
     /// expires. Default 64.

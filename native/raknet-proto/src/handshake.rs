@@ -146,12 +146,79 @@ pub(crate) enum Step {
     Establish(Accepted),
 }
 
+/// Half-open records, those of addresses that proved themselves with a cookie apart from the
+/// others, each kind capped at `max_half_open` and evicting its own oldest first. Spoofed
+/// sources can only make unproven records: a flood of them pushes out other unproven
+/// handshakes (protocol 6, which look the same until their 0x13), never a proven one.
+#[derive(Debug)]
+struct HalfOpenTable {
+    proven: BoundedMap<SocketAddr, HalfOpen>,
+    unproven: BoundedMap<SocketAddr, HalfOpen>,
+}
+
+impl HalfOpenTable {
+    fn new(cap: usize) -> Self {
+        Self {
+            proven: BoundedMap::new(cap),
+            unproven: BoundedMap::new(cap),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.proven.len() + self.unproven.len()
+    }
+
+    fn get(&self, addr: &SocketAddr) -> Option<&HalfOpen> {
+        self.proven.get(addr).or_else(|| self.unproven.get(addr))
+    }
+
+    fn get_mut(&mut self, addr: &SocketAddr) -> Option<&mut HalfOpen> {
+        match self.proven.get_mut(addr) {
+            Some(h) => Some(h),
+            None => self.unproven.get_mut(addr),
+        }
+    }
+
+    fn remove(&mut self, addr: &SocketAddr) -> Option<HalfOpen> {
+        self.proven
+            .remove(addr)
+            .or_else(|| self.unproven.remove(addr))
+    }
+
+    /// Insert a record of an address that has none; returns the records evicted for room.
+    fn insert(&mut self, addr: SocketAddr, h: HalfOpen) -> Vec<(SocketAddr, HalfOpen)> {
+        if h.validated {
+            self.proven.insert(addr, h)
+        } else {
+            self.unproven.insert(addr, h)
+        }
+    }
+
+    /// The record created first (each table is in creation order).
+    fn oldest(&mut self) -> Option<(SocketAddr, HalfOpen)> {
+        let proven = self.proven.oldest().map(|(a, h)| (a, *h));
+        let unproven = self.unproven.oldest().map(|(a, h)| (a, *h));
+        match (proven, unproven) {
+            (Some(p), Some(u)) => Some(if p.1.created_ms <= u.1.created_ms {
+                p
+            } else {
+                u
+            }),
+            (p, u) => p.or(u),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&SocketAddr, &HalfOpen)> {
+        self.proven.iter().chain(self.unproven.iter())
+    }
+}
+
 /// The server's handshake state: keys, half-open records, remembered OCR1s.
 #[derive(Debug)]
 pub(crate) struct ServerHandshake {
     cookie_key: (u64, u64),
     offset_key: (u64, u64),
-    half_open: BoundedMap<SocketAddr, HalfOpen>,
+    half_open: HalfOpenTable,
     per_ip: HashMap<IpAddr, usize>,
     guids: HashMap<u64, SocketAddr>,
     ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
@@ -190,7 +257,7 @@ impl ServerHandshake {
         Self {
             cookie_key: (rng.next_u64(), rng.next_u64()),
             offset_key: (rng.next_u64(), rng.next_u64()),
-            half_open: BoundedMap::new(cap),
+            half_open: HalfOpenTable::new(cap),
             per_ip: HashMap::new(),
             guids: HashMap::new(),
             ocr1: BoundedMap::new(cap),
@@ -491,7 +558,6 @@ impl ServerHandshake {
             if h.created_ms.saturating_add(ttl) > now_ms {
                 break;
             }
-            let h = *h;
             self.half_open.remove(&addr);
             self.forget(addr, &h);
         }

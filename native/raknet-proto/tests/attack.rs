@@ -139,6 +139,42 @@ fn spoofed_ocr2_flood_does_not_stop_a_protocol_11_client() {
     flood_then_connect(11);
 }
 
+/// A spoofed flood of cookie-less OCR2s while a real client's handshake is under way. Each
+/// spoofed OCR2 makes a half-open record, and a full table evicts its oldest: the real
+/// client's record went first, and the client, which had been told nothing wrong, timed out
+/// (a flood of `max_half_open` OCR2s per round trip locked out every player). A client
+/// that proved its address with a cookie now keeps its record: proven handshakes have a
+/// table of their own, which spoofed sources cannot reach.
+#[test]
+fn a_spoofed_flood_during_a_handshake_does_not_evict_a_proven_client() {
+    let server_cfg = EndpointConfig {
+        admission: AdmissionLimits {
+            max_half_open: 256,
+            ..AdmissionLimits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    // A player 100 ms away: its record waits 100 ms for the 0x09 after Reply2.
+    let link = LinkConfig {
+        delay: Duration::from_millis(50),
+        jitter: Duration::ZERO,
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(20, server_cfg, EndpointConfig::default(), link);
+    let c = p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(p.drive_until(Duration::from_secs(1), |p| p.server.stats().half_open == 1));
+    for i in 0..1000 {
+        p.server
+            .handle(p.now, spoofed(i), ocr2(p.server_addr, u64::from(i), None));
+    }
+    let stats = p.server.stats();
+    assert_eq!(stats.half_open, 256 + 1, "{stats:?}");
+    assert_eq!(stats.half_open_evicted, 1000 - 256);
+    assert!(p.drive_until(Duration::from_secs(5), |p| {
+        p.client.is_connected(c) && p.server.stats().connections == 1
+    }));
+}
+
 #[test]
 fn half_open_state_is_bounded_globally_and_per_ip() {
     let (mut ep, now, addr) = server(EndpointConfig {
