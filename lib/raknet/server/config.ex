@@ -67,7 +67,9 @@ defmodule RakNet.Server.Config do
       connection: beyond it the oldest is forgotten. Clients proven by their cookie
       (protocols 10/11) are counted apart from the others, each kind up to this limit, so a
       spoofed flood never pushes out a proven client's handshake. Default `4096`.
-    * `:max_half_open_per_ip` - of those, from one IP address. Default `64`.
+    * `:max_half_open_per_ip` - of those, from one IP address (of each kind: spoofed
+      requests from a player's address cannot use up the share of clients proven by their
+      cookie). Default `64`.
     * `:max_connections_per_ip` - connections one IP address may hold (players behind one
       NAT share one); beyond it clients get "no free incoming connections". Default `128`.
     * `:new_connections_per_ip_per_sec` - handshakes one IP address may start per second

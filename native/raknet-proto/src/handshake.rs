@@ -219,7 +219,9 @@ pub(crate) struct ServerHandshake {
     cookie_key: (u64, u64),
     offset_key: (u64, u64),
     half_open: HalfOpenTable,
-    per_ip: HashMap<IpAddr, usize>,
+    /// Records per IP, proven (`true`) and unproven apart: spoofed OCR2s from a player's IP
+    /// (a NAT many players share) use up only its unproven share.
+    per_ip: HashMap<(IpAddr, bool), usize>,
     guids: HashMap<u64, SocketAddr>,
     ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
     /// Where the slots of reserved records come from and go back to.
@@ -457,7 +459,7 @@ impl ServerHandshake {
         if let Some(refused) = refusal(stats) {
             return within_amplification(config, len, refused.len()).then_some(refused);
         }
-        let ip = from.ip();
+        let ip = (from.ip(), validated);
         if self.per_ip.get(&ip).copied().unwrap_or(0) >= config.admission.max_half_open_per_ip {
             stats.half_open_per_ip_full += 1;
             return None;
@@ -507,10 +509,11 @@ impl ServerHandshake {
             self.reserved -= 1;
             self.group.release(addr.ip());
         }
-        if let Some(n) = self.per_ip.get_mut(&addr.ip()) {
+        let ip = (addr.ip(), h.validated);
+        if let Some(n) = self.per_ip.get_mut(&ip) {
             *n -= 1;
             if *n == 0 {
-                self.per_ip.remove(&addr.ip());
+                self.per_ip.remove(&ip);
             }
         }
         if self.guids.get(&h.guid) == Some(&addr) {

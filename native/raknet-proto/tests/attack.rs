@@ -175,6 +175,32 @@ fn a_spoofed_flood_during_a_handshake_does_not_evict_a_proven_client() {
     }));
 }
 
+/// `max_half_open_per_ip` cookie-less OCR2s spoofed from a player's IP (other ports: a NAT
+/// that many players share) used up that IP's half-open handshakes for the handshake
+/// timeout: 64 datagrams every 10 s kept every player behind it out. Proven handshakes are
+/// counted per IP apart from unproven ones, so a player proven by its cookie still gets in.
+#[test]
+fn spoofed_ocr2s_from_a_players_ip_do_not_keep_a_proven_player_out() {
+    let mut p = Pair::new(
+        21,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        LinkConfig::default(),
+    );
+    let ip = common::pair::CLIENT.parse::<SocketAddr>().unwrap().ip();
+    for port in 0..100u16 {
+        let from = SocketAddr::new(ip, 20_000 + port);
+        p.server
+            .handle(p.now, from, ocr2(p.server_addr, u64::from(port), None));
+    }
+    let stats = p.server.stats();
+    assert_eq!((stats.half_open, stats.half_open_per_ip_full), (64, 36));
+    let c = p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(p.drive_until(Duration::from_secs(2), |p| {
+        p.client.is_connected(c) && p.server.stats().connections == 1
+    }));
+}
+
 #[test]
 fn half_open_state_is_bounded_globally_and_per_ip() {
     let (mut ep, now, addr) = server(EndpointConfig {
