@@ -326,7 +326,9 @@ pub struct Endpoint {
     events: VecDeque<Event>,
     /// Shared with the other endpoints of a server (connection and buffer limits).
     group: Arc<EndpointGroup>,
-    new_conn_rates: IpRates,
+    /// New handshakes per IP and second, of clients proven by a cookie (`[1]`) and the others
+    /// (`[0]`) apart: OCR2s spoofed from a player's IP spend only the unproven budget.
+    new_conn_rates: [IpRates; 2],
     pong_rates: IpRates,
     pong_budget: TokenBucket,
     bans: Bans,
@@ -374,7 +376,7 @@ impl Endpoint {
             events: VecDeque::new(),
             buffered: group.buffered.clone(),
             group,
-            new_conn_rates: IpRates::new(tracked),
+            new_conn_rates: [IpRates::new(tracked), IpRates::new(tracked)],
             pong_rates: IpRates::new(tracked),
             pong_budget: TokenBucket::full(pong_bytes, 0),
             bans: Bans::default(),
@@ -836,7 +838,7 @@ impl Endpoint {
         let admission = self.config.admission.clone();
         let rates = &mut self.new_conn_rates;
         let half_open_here = self.handshake.is_half_open(from);
-        let refusal = |stats: &mut EndpointStats| -> Option<Vec<u8>> {
+        let refusal = |stats: &mut EndpointStats, proven: bool| -> Option<Vec<u8>> {
             if full {
                 stats.refused_full += 1;
                 return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
@@ -846,6 +848,7 @@ impl Endpoint {
                 return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
             }
             let rate = u64::from(admission.new_connections_per_ip_per_sec);
+            let rates = &mut rates[usize::from(proven)];
             if !half_open_here && !ip.is_loopback() && !rates.take(ip, now_ms, rate, rate) {
                 stats.refused_recently_connected += 1;
                 return Some(IpRecentlyConnected { server_guid: guid }.to_vec());

@@ -414,8 +414,8 @@ impl ServerHandshake {
     }
 
     /// Handle an OCR2 (`len` bytes) from an address without a connection. `refusal` is
-    /// the endpoint's verdict on capacity (0x12/0x14/0x1A), given the protocol is known.
-    /// Returns the reply to send, if any.
+    /// the endpoint's verdict on capacity (0x12/0x14/0x1A), given the protocol is known and
+    /// whether a cookie proved the address. Returns the reply to send, if any.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_ocr2(
         &mut self,
@@ -426,7 +426,7 @@ impl ServerHandshake {
         len: usize,
         server_guid: u64,
         stats: &mut EndpointStats,
-        refusal: impl FnOnce(&mut EndpointStats) -> Option<Vec<u8>>,
+        refusal: impl FnOnce(&mut EndpointStats, bool) -> Option<Vec<u8>>,
     ) -> Option<Vec<u8>> {
         self.expire(config, now_ms);
         let (protocol, validated, ocr1_bytes) =
@@ -456,7 +456,7 @@ impl ServerHandshake {
             stats.refused_already_connected += 1;
             return Some(AlreadyConnected { server_guid }.to_vec());
         }
-        if let Some(refused) = refusal(stats) {
+        if let Some(refused) = refusal(stats, validated) {
             return within_amplification(config, len, refused.len()).then_some(refused);
         }
         let ip = (from.ip(), validated);

@@ -257,6 +257,72 @@ fn new_connections_per_ip_are_rate_limited_with_0x1a() {
     );
 }
 
+/// A real client at `from` against `server`, datagrams handed over directly (everything the
+/// server sends elsewhere is dropped), until both sides have the connection or `limit` of
+/// virtual time passed. Returns whether they did.
+fn real_client_connects(
+    server: &mut Endpoint,
+    server_addr: SocketAddr,
+    from: SocketAddr,
+    mut now: Instant,
+    limit: Duration,
+) -> bool {
+    let config = EndpointConfig {
+        accept_incoming: false,
+        rng_seed: 5,
+        ..EndpointConfig::default()
+    };
+    let mut client = Endpoint::new(config, from, now);
+    let id = client.connect(now, server_addr).unwrap();
+    let end = now + limit;
+    let mut buf = Vec::new();
+    while now < end {
+        let mut moved = true;
+        while moved {
+            moved = false;
+            while let Some(t) = client.poll_transmit(now, &mut buf) {
+                server.handle(now, from, Bytes::copy_from_slice(&buf[..t.size]));
+                moved = true;
+            }
+            while let Some(t) = server.poll_transmit(now, &mut buf) {
+                if t.destination == from {
+                    client.handle(now, server_addr, Bytes::copy_from_slice(&buf[..t.size]));
+                }
+                moved = true;
+            }
+        }
+        if client.is_connected(id) && server.stats().connections == 1 {
+            return true;
+        }
+        now += Duration::from_millis(10);
+        server.handle_timeout(now);
+        client.handle_timeout(now);
+    }
+    false
+}
+
+/// `new_connections_per_ip_per_sec` (20) cookie-less OCR2s spoofed from a player's IP each
+/// second spent that IP's budget: every player behind it was refused with 0x1A. The budget
+/// of clients proven by their cookie is kept apart.
+#[test]
+fn spoofed_ocr2s_do_not_spend_a_proven_players_new_connection_budget() {
+    let (mut ep, now, addr) = server(EndpointConfig::default());
+    for port in 0..30u16 {
+        let from = SocketAddr::from(([10, 1, 1, 1], 20_000 + port));
+        ep.handle(now, from, ocr2(addr, u64::from(port), None));
+    }
+    assert_eq!(ep.stats().refused_recently_connected, 10);
+    let player = SocketAddr::from(([10, 1, 1, 1], 40_000));
+    assert!(real_client_connects(
+        &mut ep,
+        addr,
+        player,
+        now,
+        Duration::from_millis(500)
+    ));
+    assert_eq!(ep.stats().refused_recently_connected, 10);
+}
+
 #[test]
 fn every_unvalidated_reply_is_at_most_three_times_its_request() {
     let motd = |n| EndpointConfig {
