@@ -68,6 +68,9 @@ const FAR_AHEAD_GAP: u32 = 40_000;
 const NAK_BAIT_SIZE: usize = 1200;
 /// Messages the NAK attacker has the server echo.
 const NAK_BAIT_COUNT: usize = 8;
+/// Ports of 127.0.0.1 the ocr2-players-ip attack sends from (more than the server's default
+/// `max_half_open_per_ip`, 64).
+const PLAYERS_IP_PORTS: usize = 200;
 /// Echo message ID used by every client of this tool.
 const ECHO_ID: u8 = 0x86;
 
@@ -75,6 +78,7 @@ const ECHO_ID: u8 = 0x86;
 enum Attack {
     Baseline,
     Ocr2,
+    Ocr2PlayersIp,
     Ocr1,
     Ocr1Short,
     Handshake,
@@ -87,9 +91,10 @@ enum Attack {
     Repeat09,
 }
 
-const ALL_ATTACKS: [Attack; 12] = [
+const ALL_ATTACKS: [Attack; 13] = [
     Attack::Baseline,
     Attack::Ocr2,
+    Attack::Ocr2PlayersIp,
     Attack::Ocr1,
     Attack::Ocr1Short,
     Attack::Handshake,
@@ -107,6 +112,7 @@ impl Attack {
         match self {
             Attack::Baseline => "none",
             Attack::Ocr2 => "ocr2",
+            Attack::Ocr2PlayersIp => "ocr2-players-ip",
             Attack::Ocr1 => "ocr1",
             Attack::Ocr1Short => "ocr1-short",
             Attack::Handshake => "handshake",
@@ -125,7 +131,11 @@ impl Attack {
     fn leaves_state(self) -> bool {
         matches!(
             self,
-            Attack::Ocr2 | Attack::Handshake | Attack::Slowloris | Attack::SlowlorisNoAck
+            Attack::Ocr2
+                | Attack::Ocr2PlayersIp
+                | Attack::Handshake
+                | Attack::Slowloris
+                | Attack::SlowlorisNoAck
         )
     }
 
@@ -515,6 +525,7 @@ const USER_HZ: f64 = 100.0;
 
 struct ProbeRec {
     started: Instant,
+    protocol: u8,
     done: bool,
     connect: Option<Duration>,
     echo_rtts: Vec<Duration>,
@@ -828,9 +839,12 @@ fn legit_thread(server: SocketAddr, log: SharedLog, stop: Arc<AtomicBool>, hard_
             if in_flight >= MAX_PROBES_IN_FLIGHT {
                 continue;
             }
+            let protocol = if n % 2 == 0 { 6 } else { 11 };
+            n += 1;
             let idx = with_log(&log, |l| {
                 l.probes.push(ProbeRec {
                     started: Instant::now(),
+                    protocol,
                     done: false,
                     connect: None,
                     echo_rtts: Vec::new(),
@@ -838,8 +852,6 @@ fn legit_thread(server: SocketAddr, log: SharedLog, stop: Arc<AtomicBool>, hard_
                 });
                 l.probes.len() - 1
             });
-            let protocol = if n % 2 == 0 { 6 } else { 11 };
-            n += 1;
             tokio::task::spawn_local(probe(server, protocol, n ^ 0xa77ac, log.clone(), idx));
         }
     });
@@ -1190,6 +1202,47 @@ async fn ocr2_flood(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<St
     .await;
     sleep_until((end + DRAIN_GRACE).into()).await;
     Ok(format!("{} sources, blind (no cookie)", pool.len()))
+}
+
+/// Cookie-less OCR2s spoofed from the players' own IP (127.0.0.1, the fresh clients' address),
+/// from many ports: a NAT that many players share, whose address the attacker knows. They
+/// can use up that IP's half-open handshakes and new-connection budget; clients proven by a
+/// cookie (protocol 11) have a share of their own, protocol-6 clients cannot be told apart.
+async fn ocr2_players_ip(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
+    let mut pool = Vec::with_capacity(PLAYERS_IP_PORTS);
+    for _ in 0..PLAYERS_IP_PORTS {
+        let s = UdpSocket::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("bind 127.0.0.1: {e}"))?;
+        let s = Rc::new(s);
+        hold(&s);
+        pool.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    spawn_drains(&pool, traffic, end + DRAIN_GRACE);
+    let mut rng = Rng(seed());
+    let pkts: Vec<Vec<u8>> = (0..pool.len())
+        .map(|_| {
+            encode(&OpenConnectionRequest2 {
+                cookie: None,
+                client_challenge: None,
+                server_address: ctx.server,
+                mtu: 1492,
+                client_guid: rng.next(),
+            })
+        })
+        .collect();
+    let max = (ctx.rate * 600.0) as u64;
+    paced(ctx.rate, end, max, |k| {
+        let i = (k % pool.len() as u64) as usize;
+        try_send(&pool[i], ctx.server, &pkts[i], traffic);
+    })
+    .await;
+    sleep_until((end + DRAIN_GRACE).into()).await;
+    Ok(format!(
+        "{} ports of 127.0.0.1 (the players' IP), no cookie",
+        pool.len()
+    ))
 }
 
 /// OCR1 from every source in turn: padded to MTU 1492, or the bare 18 bytes.
@@ -1687,6 +1740,7 @@ async fn run_attack(
             Ok("no attack".to_string())
         }
         Attack::Ocr2 => ocr2_flood(ctx, end, &traffic).await,
+        Attack::Ocr2PlayersIp => ocr2_players_ip(ctx, end, &traffic).await,
         Attack::Ocr1 => ocr1_flood(ctx, end, &traffic, false).await,
         Attack::Ocr1Short => ocr1_flood(ctx, end, &traffic, true).await,
         Attack::Handshake => blind_handshake(ctx, end, &traffic).await,
@@ -1715,7 +1769,7 @@ async fn run_attack(
     // Echoes sent just before the window closed are answered or timed out by then.
     sleep_until((t1 + ECHO_TIMEOUT + Duration::from_millis(200)).into()).await;
     release_held();
-    let (probes, mut connect_ms, connect_failures, mut echo_ms, echo_failures) =
+    let (probes, mut connect_ms, connect_failures, mut echo_ms, echo_failures, by_protocol) =
         with_log(log, |l| {
             let window: Vec<&ProbeRec> = l
                 .probes
@@ -1738,8 +1792,30 @@ async fn run_attack(
                     None => echo_failures += 1,
                 }
             }
-            (window.len(), connect, failures, echo, echo_failures)
+            let by_protocol = [6u8, 11].map(|v| {
+                let of = window.iter().filter(|p| p.protocol == v);
+                (
+                    v,
+                    of.clone().filter(|p| p.connect.is_some()).count(),
+                    of.count(),
+                )
+            });
+            (
+                window.len(),
+                connect,
+                failures,
+                echo,
+                echo_failures,
+                by_protocol,
+            )
         });
+    if connect_failures > 0 {
+        let split: Vec<String> = by_protocol
+            .iter()
+            .map(|(v, ok, all)| format!("protocol {v} {ok}/{all}"))
+            .collect();
+        note.push_str(&format!("; connected: {}", split.join(", ")));
+    }
     connect_ms.sort_by(f64::total_cmp);
     echo_ms.sort_by(f64::total_cmp);
     Row {
