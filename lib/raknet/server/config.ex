@@ -69,7 +69,8 @@ defmodule RakNet.Server.Config do
       spoofed flood never pushes out a proven client's handshake. Default `4096`.
     * `:max_half_open_per_ip` - of those, from one IP address (of each kind: spoofed
       requests from a player's address cannot use up the share of clients proven by their
-      cookie). Default `64`.
+      cookie). Beyond it a new unproven handshake takes the place of that address's
+      oldest. Default `64`.
     * `:max_connections_per_ip` - connections one IP address may hold (players behind one
       NAT share one); beyond it clients get "no free incoming connections". Default `128`.
     * `:new_connections_per_ip_per_sec` - handshakes one IP address may start per second

@@ -108,8 +108,11 @@ pub struct AdmissionLimits {
     /// others: beyond it the oldest of the same kind is forgotten, so spoofed OCR2s never
     /// push out a proven handshake. Default 4096 (of each kind).
     pub max_half_open: usize,
-    /// Most of those from one IP, of each kind (proven by a cookie, or not); further OCR2s
-    /// of that kind from it are dropped until one completes or expires. Default 64.
+    /// Most of those from one IP, of each kind (proven by a cookie, or not). Beyond it a
+    /// proven OCR2 is dropped until one completes or expires; an unproven one takes the
+    /// place of that IP's oldest unproven handshake (spoofed or not, they look the same), so
+    /// spoofing a player's IP keeps a protocol-6 player out only at a full share per round
+    /// trip of the player. Default 64.
     pub max_half_open_per_ip: usize,
     /// Most connections one IP may hold; OCR2 beyond it gets 0x14. Default 128.
     pub max_connections_per_ip: usize,

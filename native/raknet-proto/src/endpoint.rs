@@ -158,7 +158,8 @@ pub struct EndpointStats {
     pub half_open: usize,
     /// Half-open handshakes forgotten to make room for newer ones.
     pub half_open_evicted: u64,
-    /// OCR2 dropped because its IP had `max_half_open_per_ip` handshakes under way.
+    /// OCR2s from an IP with `max_half_open_per_ip` handshakes of their kind under way:
+    /// proven ones dropped, unproven ones admitted in place of that IP's oldest.
     pub half_open_per_ip_full: u64,
     /// OCR2 refused with 0x14 because its IP had `max_connections_per_ip` connections.
     pub refused_ip_connections: u64,

@@ -52,7 +52,7 @@
 //! bounded table): the OCR2 has no room for the protocol, and the padded OCR1 (≥ 372 bytes)
 //! is what pays for the 180-byte protocol-11 0x10 when cookies are off.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,9 +219,10 @@ pub(crate) struct ServerHandshake {
     cookie_key: (u64, u64),
     offset_key: (u64, u64),
     half_open: HalfOpenTable,
-    /// Records per IP, proven (`true`) and unproven apart: spoofed OCR2s from a player's IP
-    /// (a NAT many players share) use up only its unproven share.
-    per_ip: HashMap<(IpAddr, bool), usize>,
+    /// The addresses of each IP's records, oldest first, proven (`true`) and unproven apart:
+    /// spoofed OCR2s from a player's IP (a NAT many players share) use up only its unproven
+    /// share, and a new unproven handshake of a full IP pushes out that IP's oldest.
+    per_ip: HashMap<(IpAddr, bool), VecDeque<SocketAddr>>,
     guids: HashMap<u64, SocketAddr>,
     ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
     /// Where the slots of reserved records come from and go back to.
@@ -460,9 +461,20 @@ impl ServerHandshake {
             return within_amplification(config, len, refused.len()).then_some(refused);
         }
         let ip = (from.ip(), validated);
-        if self.per_ip.get(&ip).copied().unwrap_or(0) >= config.admission.max_half_open_per_ip {
+        let of_ip = self.per_ip.get(&ip).map_or(0, VecDeque::len);
+        if of_ip >= config.admission.max_half_open_per_ip {
             stats.half_open_per_ip_full += 1;
-            return None;
+            // A proven address is a real host with that many handshakes under way: it waits.
+            // Unproven ones cannot be told from spoofed ones: the oldest gives way, so keeping
+            // a protocol-6 player out takes a full share of spoofed OCR2s per round trip of
+            // the player, not one per handshake timeout.
+            if validated {
+                return None;
+            }
+            let oldest = self.per_ip.get_mut(&ip).and_then(VecDeque::pop_front)?;
+            if let Some(old) = self.half_open.remove(&oldest) {
+                self.forget(oldest, &old);
+            }
         }
         self.ocr1.remove(&from);
         let mut record = HalfOpen {
@@ -479,7 +491,7 @@ impl ServerHandshake {
             reserved: false,
         };
         let reply = Self::spend(config, &mut record, reply2(mtu), stats);
-        *self.per_ip.entry(ip).or_insert(0) += 1;
+        self.per_ip.entry(ip).or_default().push_back(from);
         self.guids.insert(req.client_guid, from);
         for (addr, old) in self.half_open.insert(from, record) {
             stats.half_open_evicted += 1;
@@ -510,9 +522,12 @@ impl ServerHandshake {
             self.group.release(addr.ip());
         }
         let ip = (addr.ip(), h.validated);
-        if let Some(n) = self.per_ip.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(addrs) = self.per_ip.get_mut(&ip) {
+            // At most `max_half_open_per_ip` to look through.
+            if let Some(i) = addrs.iter().position(|a| *a == addr) {
+                addrs.remove(i);
+            }
+            if addrs.is_empty() {
                 self.per_ip.remove(&ip);
             }
         }
