@@ -74,9 +74,11 @@ defmodule RakNet.Server.Config do
     * `:max_connections_per_ip` - connections one IP address may hold (players behind one
       NAT share one); beyond it clients get "no free incoming connections". Default `128`.
     * `:new_connections_per_ip_per_sec` - handshakes one IP address may start per second
-      (with a burst of as many); beyond it clients get "IP recently connected". Clients
-      proven by their cookie and the others have a budget each, so requests spoofed from a
-      player's address cannot spend it. Loopback is exempt. Default `20`.
+      (with a burst of as many); beyond it clients get "IP recently connected". A handshake
+      counts once its address is proven (at its first request with a cookie, protocols
+      10/11; at its last message without, protocol 6, which is then closed at once if over
+      the limit), so requests spoofed from a player's address cannot spend it. Loopback is
+      exempt. Default `20`.
     * `:pongs_per_ip_per_sec` - unconnected pongs per source IP per second. Default `16`.
     * `:pong_bytes_per_sec` - unconnected pong bytes per second for all sources together.
       Default `262_144`.

@@ -118,8 +118,10 @@ pub struct AdmissionLimits {
     pub max_connections_per_ip: usize,
     /// New connections (handshakes started) per IP per second, with a burst of as many;
     /// beyond it OCR2 gets 0x1A "IP recently connected" (official's
-    /// `SetLimitIPConnectionFrequency`, 10 a second). Handshakes proven by a cookie and the
-    /// others have a budget each. Loopback is exempt. Default 20.
+    /// `SetLimitIPConnectionFrequency`, 10 a second). A handshake counts once its address
+    /// is proven: at OCR2 with a cookie; without one, at its verified 0x13, which is then
+    /// answered with a 0x15 if over the limit. Spoofed OCR2s never count. Loopback is
+    /// exempt. Default 20.
     pub new_connections_per_ip_per_sec: u32,
     /// Unconnected pongs per source IP per second, with a burst of as many. Default 16.
     pub pongs_per_ip_per_sec: u32,

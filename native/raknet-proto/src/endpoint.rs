@@ -327,9 +327,10 @@ pub struct Endpoint {
     events: VecDeque<Event>,
     /// Shared with the other endpoints of a server (connection and buffer limits).
     group: Arc<EndpointGroup>,
-    /// New handshakes per IP and second, of clients proven by a cookie (`[1]`) and the others
-    /// (`[0]`) apart: OCR2s spoofed from a player's IP spend only the unproven budget.
-    new_conn_rates: [IpRates; 2],
+    /// New connections per IP and second, counted once the address is proven: at OCR2 with
+    /// a cookie, at the verified 0x13 without. OCR2s spoofed from a player's IP never
+    /// reach it, so they cannot spend that IP's budget.
+    new_conn_rates: IpRates,
     pong_rates: IpRates,
     pong_budget: TokenBucket,
     bans: Bans,
@@ -377,7 +378,7 @@ impl Endpoint {
             events: VecDeque::new(),
             buffered: group.buffered.clone(),
             group,
-            new_conn_rates: [IpRates::new(tracked), IpRates::new(tracked)],
+            new_conn_rates: IpRates::new(tracked),
             pong_rates: IpRates::new(tracked),
             pong_budget: TokenBucket::full(pong_bytes, 0),
             bans: Bans::default(),
@@ -741,24 +742,37 @@ impl Endpoint {
         };
         // A slot taken at 0x09 stays the client's even if the server was suspended since.
         let reserved = self.handshake.establish(from);
-        let refused = if self.by_guid.contains_key(&acc.guid) {
-            true
-        } else {
-            !reserved
+        let duplicate = self.by_guid.contains_key(&acc.guid);
+        // A handshake without a cookie counts against its IP's new connections only now that
+        // its address is proven (see `new_conn_rates`).
+        let rate = u64::from(self.config.admission.new_connections_per_ip_per_sec);
+        let rate_limited = !duplicate
+            && !acc.proven
+            && !from.ip().is_loopback()
+            && !self
+                .new_conn_rates
+                .take(from.ip(), self.ms(now), rate, rate);
+        let refused = duplicate
+            || rate_limited
+            || (!reserved
                 && (self.suspended
                     || !self.group.take(
                         from.ip(),
                         self.config.limits.max_connections,
                         self.config.admission.max_connections_per_ip,
-                    ))
-        };
+                    )));
         if refused {
             if reserved {
                 self.group.release(from.ip());
             }
             // The client was told "accepted" by 0x10; its verified 0x13 proves the address,
-            // so it may be told otherwise rather than left to time out.
-            self.stats.refused_full_late += 1;
+            // so it may be told otherwise rather than left to time out (0x1A, an offline
+            // reply, has no place this late: a rate-limited one gets the 0x15 too).
+            if rate_limited {
+                self.stats.refused_recently_connected += 1;
+            } else {
+                self.stats.refused_full_late += 1;
+            }
             let us = now.saturating_duration_since(self.epoch).as_micros() as u32;
             let refusal = ServerHandshake::late_refusal(&self.config, us);
             return self.queue_offline_bytes(from, refusal);
@@ -849,8 +863,9 @@ impl Endpoint {
                 return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
             }
             let rate = u64::from(admission.new_connections_per_ip_per_sec);
-            let rates = &mut rates[usize::from(proven)];
-            if !half_open_here && !ip.is_loopback() && !rates.take(ip, now_ms, rate, rate) {
+            // An unproven OCR2 is counted at its 0x13, if it gets there.
+            if proven && !half_open_here && !ip.is_loopback() && !rates.take(ip, now_ms, rate, rate)
+            {
                 stats.refused_recently_connected += 1;
                 return Some(IpRecentlyConnected { server_guid: guid }.to_vec());
             }

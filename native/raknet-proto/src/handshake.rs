@@ -131,6 +131,8 @@ pub(crate) struct Accepted {
     pub(crate) request_seq: Option<DatagramSeq>,
     /// 0x10 sent → verified 0x13 received: a round trip the peer cannot shorten.
     pub(crate) rtt_sample: Option<Duration>,
+    /// The address was proven by a cookie at OCR2 (else by this 0x13's echo).
+    pub(crate) proven: bool,
 }
 
 /// What to do with a connected datagram from an address without a connection.
@@ -659,6 +661,7 @@ impl ServerHandshake {
                         request_seq: h.request_seq.map(DatagramSeq::new),
                         rtt_sample: echoed
                             .then(|| Duration::from_millis(now_ms.saturating_sub(h.accepted_ms))),
+                        proven: h.validated,
                     };
                     return Step::Establish(accepted);
                 }

@@ -243,97 +243,126 @@ fn half_open_state_is_bounded_globally_and_per_ip() {
     assert_eq!(ep.stats().half_open, 0);
 }
 
-#[test]
-fn new_connections_per_ip_are_rate_limited_with_0x1a() {
-    let (mut ep, now, addr) = server(EndpointConfig::default());
-    for port in 0..30u16 {
-        let from = SocketAddr::from(([10, 1, 1, 1], 20_000 + port));
-        ep.handle(now, from, ocr2(addr, u64::from(port), None));
+fn addr_bits(a: SocketAddr) -> u32 {
+    match a.ip() {
+        std::net::IpAddr::V4(v4) => u32::from(v4),
+        std::net::IpAddr::V6(v6) => v6
+            .octets()
+            .iter()
+            .fold(0, |h, b| h.rotate_left(5) ^ u32::from(*b)),
     }
-    let out = drain(&mut ep, now);
-    let refusals = out
-        .iter()
-        .filter(|(_, d)| d[0] == message::id::IP_RECENTLY_CONNECTED)
-        .count();
-    assert_eq!(refusals, 10);
-    assert_eq!(ep.stats().refused_recently_connected, 10);
-    // A second later the bucket has refilled.
-    let later = now + Duration::from_secs(1);
-    ep.handle(
-        later,
-        SocketAddr::from(([10, 1, 1, 1], 21_000)),
-        ocr2(addr, 999, None),
-    );
-    assert_eq!(
-        drain(&mut ep, later)[0].1[0],
-        message::id::OPEN_CONNECTION_REPLY_2
-    );
 }
 
-/// A real client at `from` against `server`, datagrams handed over directly (everything the
-/// server sends elsewhere is dropped), until both sides have the connection or `limit` of
-/// virtual time passed. Returns whether they did.
-fn real_client_connects(
+/// A real client of `protocol` at `from` against `server`, datagrams handed over directly
+/// (what the server sends elsewhere is dropped), for at most `limit` of virtual time from
+/// `now` (advanced). `Ok` once both sides have the connection; else the client's reason, or
+/// `None` if it is still trying.
+fn real_client(
     server: &mut Endpoint,
     server_addr: SocketAddr,
     from: SocketAddr,
-    mut now: Instant,
+    protocol: u8,
+    now: &mut Instant,
     limit: Duration,
-) -> bool {
+) -> Result<(), Option<DisconnectReason>> {
     let config = EndpointConfig {
         accept_incoming: false,
-        rng_seed: 5,
+        // A GUID of its own: the seed depends on the whole address.
+        rng_seed: u64::from(from.port()) ^ (u64::from(addr_bits(from)) << 16),
+        protocol_versions: vec![protocol],
         ..EndpointConfig::default()
     };
-    let mut client = Endpoint::new(config, from, now);
-    let id = client.connect(now, server_addr).unwrap();
-    let end = now + limit;
+    let before = server.stats().connections;
+    let mut client = Endpoint::new(config, from, *now);
+    let id = client.connect(*now, server_addr).unwrap();
+    let end = *now + limit;
     let mut buf = Vec::new();
-    while now < end {
+    while *now < end {
         let mut moved = true;
         while moved {
             moved = false;
-            while let Some(t) = client.poll_transmit(now, &mut buf) {
-                server.handle(now, from, Bytes::copy_from_slice(&buf[..t.size]));
+            while let Some(t) = client.poll_transmit(*now, &mut buf) {
+                server.handle(*now, from, Bytes::copy_from_slice(&buf[..t.size]));
                 moved = true;
             }
-            while let Some(t) = server.poll_transmit(now, &mut buf) {
+            while let Some(t) = server.poll_transmit(*now, &mut buf) {
                 if t.destination == from {
-                    client.handle(now, server_addr, Bytes::copy_from_slice(&buf[..t.size]));
+                    client.handle(*now, server_addr, Bytes::copy_from_slice(&buf[..t.size]));
                 }
                 moved = true;
             }
         }
-        if client.is_connected(id) && server.stats().connections == 1 {
-            return true;
+        while let Some(e) = client.poll_event() {
+            if let Event::Disconnected { reason, .. } = e {
+                return Err(Some(reason));
+            }
         }
-        now += Duration::from_millis(10);
-        server.handle_timeout(now);
-        client.handle_timeout(now);
+        if client.is_connected(id) && server.stats().connections == before + 1 {
+            return Ok(());
+        }
+        *now += Duration::from_millis(10);
+        server.handle_timeout(*now);
+        client.handle_timeout(*now);
     }
-    false
+    Err(None)
+}
+
+/// `new_connections_per_ip_per_sec` (20) holds for real clients of either kind: a proven one
+/// is refused at its OCR2 with 0x1A; one without a cookie is counted once its 0x13 proves
+/// its address, and refused then with a 0x15.
+#[test]
+fn new_connections_per_ip_are_rate_limited() {
+    let (mut ep, mut now, addr) = server(EndpointConfig::default());
+    let limit = Duration::from_millis(500);
+    for (ip, protocol, refusal) in [
+        (
+            [10, 1, 1, 1],
+            11,
+            DisconnectReason::ConnectFailed(ConnectError::IpRecentlyConnected),
+        ),
+        ([10, 1, 1, 2], 6, DisconnectReason::PeerClosed),
+    ] {
+        // Handshakes complete without the virtual clock moving: no token comes back.
+        for port in 0..20u16 {
+            let from = SocketAddr::from((ip, 20_000 + port));
+            assert_eq!(
+                real_client(&mut ep, addr, from, protocol, &mut now, limit),
+                Ok(())
+            );
+        }
+        let from = SocketAddr::from((ip, 21_000));
+        let got = real_client(&mut ep, addr, from, protocol, &mut now, limit);
+        assert_eq!(got, Err(Some(refusal)), "protocol {protocol}");
+    }
+    assert_eq!(ep.stats().refused_recently_connected, 2);
+    assert_eq!(ep.stats().connections, 40);
+    // A second later the bucket has refilled.
+    now += Duration::from_secs(1);
+    let from = SocketAddr::from(([10, 1, 1, 1], 21_001));
+    assert_eq!(
+        real_client(&mut ep, addr, from, 11, &mut now, limit),
+        Ok(())
+    );
 }
 
 /// `new_connections_per_ip_per_sec` (20) cookie-less OCR2s spoofed from a player's IP each
 /// second spent that IP's budget: every player behind it was refused with 0x1A. The budget
-/// of clients proven by their cookie is kept apart.
+/// is now spent only by proven addresses (a cookie, or a verified 0x13), which spoofed
+/// OCR2s never become: players of either kind get in.
 #[test]
-fn spoofed_ocr2s_do_not_spend_a_proven_players_new_connection_budget() {
-    let (mut ep, now, addr) = server(EndpointConfig::default());
+fn spoofed_ocr2s_do_not_spend_a_players_new_connection_budget() {
+    let (mut ep, mut now, addr) = server(EndpointConfig::default());
     for port in 0..30u16 {
         let from = SocketAddr::from(([10, 1, 1, 1], 20_000 + port));
         ep.handle(now, from, ocr2(addr, u64::from(port), None));
     }
-    assert_eq!(ep.stats().refused_recently_connected, 10);
-    let player = SocketAddr::from(([10, 1, 1, 1], 40_000));
-    assert!(real_client_connects(
-        &mut ep,
-        addr,
-        player,
-        now,
-        Duration::from_millis(500)
-    ));
-    assert_eq!(ep.stats().refused_recently_connected, 10);
+    assert_eq!(ep.stats().refused_recently_connected, 0);
+    let limit = Duration::from_millis(500);
+    for (port, protocol) in [(40_000, 11), (40_001, 6)] {
+        let player = SocketAddr::from(([10, 1, 1, 1], port));
+        let got = real_client(&mut ep, addr, player, protocol, &mut now, limit);
+        assert_eq!(got, Ok(()), "protocol {protocol}");
+    }
 }
 
 #[test]
