@@ -330,3 +330,26 @@ fn a_handshake_that_never_finishes_gives_its_slot_back() {
     net.run(Duration::from_secs(1));
     assert!(net.connected(c));
 }
+
+/// A slot held by a handshake goes back to the group when its endpoint is dropped (its
+/// thread ended), like the slots of its connections.
+#[test]
+fn a_dropped_endpoint_gives_its_handshakes_slots_back() {
+    let mut net = Net::new(2, true, limits(1, 100));
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    net.delivered[a] = Some(3);
+    net.run(Duration::from_millis(100));
+    assert_eq!(net.servers[0].stats().half_open, 1);
+    let b = net.connect("127.0.0.1", 40_002, 1);
+    net.run(Duration::from_millis(100));
+    assert!(!net.connected(b));
+    // Endpoint 0's thread ends with the handshake under way.
+    drop(net.servers.remove(0));
+    net.server_events.remove(0);
+    for c in &mut net.clients {
+        c.2 = 0;
+    }
+    let c = net.connect("127.0.0.1", 40_003, 0);
+    net.run(Duration::from_secs(1));
+    assert!(net.connected(c));
+}
