@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use proptest::prelude::*;
 use raknet_proto::*;
 
 const SERVER: &str = "127.0.0.1:19132";
@@ -20,6 +21,8 @@ struct Net {
     server_events: Vec<Vec<Event>>,
     /// How many more datagrams of each client reach the server (`None`: all).
     delivered: Vec<Option<usize>>,
+    /// The endpoints' group (with `shared: false`, one they do not use).
+    group: Arc<EndpointGroup>,
     buf: Vec<u8>,
 }
 
@@ -52,6 +55,7 @@ impl Net {
             server_events: vec![Vec::new(); n],
             delivered: Vec::new(),
             buf: Vec::with_capacity(2048),
+            group,
         }
     }
 
@@ -352,4 +356,52 @@ fn a_dropped_endpoint_gives_its_handshakes_slots_back() {
     let c = net.connect("127.0.0.1", 40_003, 0);
     net.run(Duration::from_secs(1));
     assert!(net.connected(c));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Clients of both kinds start at random times on either endpoint of a small server, and
+    /// some stop talking after a few datagrams (their handshake, or their connection, dies
+    /// half-way). Once every timeout has run out, the group counts exactly the connections
+    /// the endpoints hold (no slot leaked by a handshake, kept or refused), never more than
+    /// the limit, and exactly the clients that still believe they are connected.
+    #[test]
+    fn slots_add_up_whatever_the_handshakes_do(
+        max in 1usize..4,
+        clients in proptest::collection::vec(
+            (
+                prop_oneof![Just(6u8), Just(11u8)],
+                0usize..2,
+                proptest::option::of(0usize..7),
+                0u64..2_000,
+            ),
+            1..8,
+        ),
+    ) {
+        let mut net = Net::new(2, true, limits(max, 100));
+        let mut clients = clients;
+        clients.sort_by_key(|c| c.3);
+        let mut at = 0;
+        for (i, (protocol, on, budget, start_ms)) in clients.into_iter().enumerate() {
+            net.run(Duration::from_millis(start_ms - at));
+            at = start_ms;
+            let config = EndpointConfig {
+                protocol_versions: vec![protocol],
+                ..EndpointConfig::default()
+            };
+            let c = net.connect_with("127.0.0.1", 41_000 + i as u16, on, config);
+            net.delivered[c] = budget;
+            prop_assert!(net.group.connections() <= max);
+        }
+        // Handshakes (10 s) and connections (10 s without a word) time out.
+        net.run(Duration::from_secs(30));
+        let held = net.server_connections();
+        prop_assert_eq!(net.group.connections(), held);
+        prop_assert!(held <= max);
+        let alive = (0..net.clients.len())
+            .filter(|&c| net.connected(c) && net.refusal(c).is_none())
+            .count();
+        prop_assert_eq!(alive, held);
+    }
 }
