@@ -310,10 +310,14 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedRe
                 None => std::future::pending().await,
             }
         };
-        // Without a registration (no descriptor to spare), the next turn tries again at once.
         let writable = async {
-            if let Some(w) = &write_wait {
-                let _ = w.ready().await;
+            match &write_wait {
+                Some(w) => {
+                    let _ = w.ready().await;
+                }
+                // No registration (no descriptor to spare): try again in a millisecond
+                // rather than spin on a full buffer.
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
             }
         };
         let mut room = false;
