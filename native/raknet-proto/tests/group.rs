@@ -152,6 +152,35 @@ impl Net {
             .any(|e| matches!(e, Event::Connected { .. }))
     }
 
+    /// Endpoint 0's thread ends (a panic, say): it is dropped, and the clients with it; the
+    /// other endpoint becomes endpoint 0.
+    fn drop_first_endpoint(&mut self) {
+        drop(self.servers.remove(0));
+        self.server_events.remove(0);
+        self.clients.clear();
+        self.client_events.clear();
+        self.delivered.clear();
+    }
+
+    /// Client `a` (on endpoint 0) has its OCR1, OCR2 and 0x09 delivered and nothing after:
+    /// its handshake holds the only slot of a one-slot server. A client on endpoint 1 is
+    /// refused with 0x14 meanwhile.
+    fn handshake_holding_the_slot(&mut self) {
+        let a = self.connect("127.0.0.1", 40_001, 0);
+        self.delivered[a] = Some(3);
+        self.run(Duration::from_millis(100));
+        assert_eq!(self.servers[0].stats().half_open, 1);
+        assert_eq!(self.server_connections(), 0);
+        let b = self.connect("127.0.0.1", 40_002, 1);
+        self.run(Duration::from_millis(100));
+        assert_eq!(
+            self.refusal(b),
+            Some(DisconnectReason::ConnectFailed(
+                ConnectError::NoFreeIncomingConnections
+            ))
+        );
+    }
+
     /// Connections of the server, all endpoints together.
     fn server_connections(&self) -> usize {
         self.servers.iter().map(|s| s.stats().connections).sum()
@@ -245,12 +274,8 @@ fn a_dropped_endpoint_gives_its_connections_back_to_the_group() {
     let a = net.connect("127.0.0.1", 40_001, 0);
     net.run(Duration::from_secs(2));
     assert!(net.connected(a));
-    // Endpoint 0's thread ends (a panic, say): its connection no longer counts.
-    let gone = net.servers.remove(0);
-    drop(gone);
-    net.clients.clear();
-    net.client_events.clear();
-    net.server_events.truncate(1);
+    // Endpoint 0's thread ends: its connection no longer counts.
+    net.drop_first_endpoint();
     let b = net.connect("127.0.0.1", 40_002, 0);
     net.run(Duration::from_secs(2));
     assert!(net.connected(b));
@@ -309,20 +334,7 @@ fn a_cookieless_client_refused_late_is_told_at_once() {
 #[test]
 fn a_handshake_that_never_finishes_gives_its_slot_back() {
     let mut net = Net::new(2, true, limits(1, 100));
-    let a = net.connect("127.0.0.1", 40_001, 0);
-    // OCR1, OCR2 and the 0x09 reach the server; the 0x13 and everything after are lost.
-    net.delivered[a] = Some(3);
-    net.run(Duration::from_millis(100));
-    assert_eq!(net.servers[0].stats().half_open, 1);
-    assert_eq!(net.server_connections(), 0);
-    let b = net.connect("127.0.0.1", 40_002, 1);
-    net.run(Duration::from_millis(100));
-    assert_eq!(
-        net.refusal(b),
-        Some(DisconnectReason::ConnectFailed(
-            ConnectError::NoFreeIncomingConnections
-        ))
-    );
+    net.handshake_holding_the_slot();
     // Endpoint 0's handshake times out after 10 s (it asks to be woken for that).
     let expiry = net.servers[0]
         .poll_timeout()
@@ -340,19 +352,9 @@ fn a_handshake_that_never_finishes_gives_its_slot_back() {
 #[test]
 fn a_dropped_endpoint_gives_its_handshakes_slots_back() {
     let mut net = Net::new(2, true, limits(1, 100));
-    let a = net.connect("127.0.0.1", 40_001, 0);
-    net.delivered[a] = Some(3);
-    net.run(Duration::from_millis(100));
-    assert_eq!(net.servers[0].stats().half_open, 1);
-    let b = net.connect("127.0.0.1", 40_002, 1);
-    net.run(Duration::from_millis(100));
-    assert!(!net.connected(b));
+    net.handshake_holding_the_slot();
     // Endpoint 0's thread ends with the handshake under way.
-    drop(net.servers.remove(0));
-    net.server_events.remove(0);
-    for c in &mut net.clients {
-        c.2 = 0;
-    }
+    net.drop_first_endpoint();
     let c = net.connect("127.0.0.1", 40_003, 0);
     net.run(Duration::from_secs(1));
     assert!(net.connected(c));

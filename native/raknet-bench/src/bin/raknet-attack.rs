@@ -1179,28 +1179,7 @@ struct Ctx {
 /// Spoofed OCR2 (no cookie: the attacker never sees Reply1) from every source in turn.
 async fn ocr2_flood(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
     let pool = bind_pool(ctx.sources, None).await?;
-    spawn_drains(&pool, traffic, end + DRAIN_GRACE);
-    let mut rng = Rng(seed());
-    let guids: Vec<u64> = (0..pool.len()).map(|_| rng.next()).collect();
-    let pkts: Vec<Vec<u8>> = guids
-        .iter()
-        .map(|&g| {
-            encode(&OpenConnectionRequest2 {
-                cookie: None,
-                client_challenge: None,
-                server_address: ctx.server,
-                mtu: 1492,
-                client_guid: g,
-            })
-        })
-        .collect();
-    let max = (ctx.rate * 600.0) as u64;
-    paced(ctx.rate, end, max, |k| {
-        let i = (k % pool.len() as u64) as usize;
-        try_send(&pool[i], ctx.server, &pkts[i], traffic);
-    })
-    .await;
-    sleep_until((end + DRAIN_GRACE).into()).await;
+    cookieless_ocr2s(ctx, end, traffic, &pool).await;
     Ok(format!("{} sources, blind (no cookie)", pool.len()))
 }
 
@@ -1219,7 +1198,17 @@ async fn ocr2_players_ip(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Resu
         pool.push(s);
     }
     tokio::time::sleep(Duration::from_millis(2)).await;
-    spawn_drains(&pool, traffic, end + DRAIN_GRACE);
+    cookieless_ocr2s(ctx, end, traffic, &pool).await;
+    Ok(format!(
+        "{} ports of 127.0.0.1 (the players' IP), no cookie",
+        pool.len()
+    ))
+}
+
+/// Until `end`, at the flood rate, an OCR2 without a cookie (a GUID of its own per socket)
+/// from each socket of `pool` in turn; counts the replies until the drain grace is over.
+async fn cookieless_ocr2s(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>, pool: &[Rc<UdpSocket>]) {
+    spawn_drains(pool, traffic, end + DRAIN_GRACE);
     let mut rng = Rng(seed());
     let pkts: Vec<Vec<u8>> = (0..pool.len())
         .map(|_| {
@@ -1239,10 +1228,6 @@ async fn ocr2_players_ip(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Resu
     })
     .await;
     sleep_until((end + DRAIN_GRACE).into()).await;
-    Ok(format!(
-        "{} ports of 127.0.0.1 (the players' IP), no cookie",
-        pool.len()
-    ))
 }
 
 /// OCR1 from every source in turn: padded to MTU 1492, or the bare 18 bytes.
