@@ -114,7 +114,9 @@ defmodule Mix.Tasks.Compile.RaknetNative do
   end
 
   # rustup puts cargo in $CARGO_HOME/bin, which is not always on the PATH of the shell running mix.
-  defp find_cargo do
+  @doc false
+  @spec find_cargo() :: {:ok, Path.t()} | {:error, String.t()}
+  def find_cargo do
     cargo_home = System.get_env("CARGO_HOME") || Path.expand("~/.cargo")
     rustup_cargo = Path.join([cargo_home, "bin", "cargo"])
 

@@ -16,7 +16,7 @@ defmodule Mix.Tasks.Raknet.Load do
   @impl Mix.Task
   def run(argv) do
     root = Path.expand("../../..", __DIR__)
-    {_, 0} = build(root)
+    build(root)
     binary = Path.join([target_dir(root), "release", "raknet-load"])
 
     port =
@@ -30,14 +30,20 @@ defmodule Mix.Tasks.Raknet.Load do
     stream(port)
   end
 
+  # The same cargo the NIF's compiler finds (rustup's is not always on the PATH).
   defp build(root) do
-    System.cmd(
-      "cargo",
-      ["build", "--release", "--quiet", "-p", "raknet-bench", "--bin", "raknet-load"],
-      cd: root,
-      into: IO.stream(:stdio, :line),
-      stderr_to_stdout: true
-    )
+    cargo =
+      case Mix.Tasks.Compile.RaknetNative.find_cargo() do
+        {:ok, cargo} -> cargo
+        {:error, message} -> Mix.raise(message)
+      end
+
+    args = ["build", "--release", "--quiet", "-p", "raknet-bench", "--bin", "raknet-load"]
+
+    case System.cmd(cargo, args, cd: root, into: IO.stream(:stdio, :line), stderr_to_stdout: true) do
+      {_, 0} -> :ok
+      {_, status} -> Mix.raise("building raknet-load failed (cargo exited with #{status})")
+    end
   end
 
   defp target_dir(root), do: System.get_env("CARGO_TARGET_DIR") || Path.join(root, "target")
