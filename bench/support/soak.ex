@@ -46,7 +46,9 @@ defmodule Bench.Soak do
   def build! do
     args = ~w(build --release --quiet -p raknet-bench --bin raknet-load --bin raknet-relay)
 
-    case System.cmd("cargo", args, cd: @root, stderr_to_stdout: true) do
+    {:ok, cargo} = Mix.Tasks.Compile.RaknetNative.find_cargo()
+
+    case System.cmd(cargo, args, cd: @root, stderr_to_stdout: true) do
       {_, 0} -> :ok
       {out, status} -> raise "cargo build of raknet-load and raknet-relay: #{status}\n#{out}"
     end
