@@ -4,6 +4,7 @@ defmodule RakNet.HandlerTest do
   use ExUnit.Case, async: false
 
   alias RakNet.Connection
+  import RakNet.Test.Monitor
 
   @moduletag timeout: 60_000
 
@@ -128,7 +129,7 @@ defmodule RakNet.HandlerTest do
   test "{:stop, reason, state} closes the connection and handle_disconnect/2 gets the reason" do
     {_server, port} = start_server(Counter)
     {conn, pid, _info} = connect(port)
-    ref = Process.monitor(pid)
+    ref = monitor!(pid)
     {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "one">>)
     {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop now">>)
 
@@ -149,7 +150,7 @@ defmodule RakNet.HandlerTest do
   test "close/2 from another process reaches handle_disconnect/2 and the exit reason" do
     {_server, port} = start_server(Counter)
     {conn, pid, _info} = connect(port)
-    ref = Process.monitor(pid)
+    ref = monitor!(pid)
 
     assert :ok = Connection.close(pid, {:kicked, "spamming chat"})
     assert_receive {:disconnected, ^pid, {:kicked, "spamming chat"}, 0}, 5_000
@@ -184,7 +185,7 @@ defmodule RakNet.HandlerTest do
     {server, port} = start_server(Counter)
     {conn, pid, _info} = connect(port)
     {other, _other_pid, _} = connect(port)
-    ref = Process.monitor(pid)
+    ref = monitor!(pid)
     {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "crash">>)
 
     assert_receive {:DOWN, ^ref, :process, ^pid, {%RuntimeError{message: "handler crash"}, _}},

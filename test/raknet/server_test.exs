@@ -2,6 +2,7 @@ defmodule RakNet.ServerTest do
   use ExUnit.Case, async: false
 
   alias RakNet.Connection
+  import RakNet.Test.Monitor
   alias RakNet.Test.{EchoClient, ReasonClient}
 
   @reliabilities RakNet.ReliabilityLayer.Reliability.all()
@@ -152,7 +153,7 @@ defmodule RakNet.ServerTest do
   test "the client closing reaches the server's disconnect/1" do
     {_server, %{ipv4_port: port}} = start_server()
     {conn, server_side} = connect(port)
-    ref = Process.monitor(server_side)
+    ref = monitor!(server_side)
 
     :ok = Connection.close(conn)
     assert_receive {:raknet_disconnect, ^conn, :local_close}, 5_000
@@ -208,7 +209,7 @@ defmodule RakNet.ServerTest do
     {server, %{ipv4_port: port}} = start_server()
     {victim, victim_side} = connect(port)
     {survivor, _} = connect(port)
-    ref = Process.monitor(victim_side)
+    ref = monitor!(victim_side)
 
     {:ok, nil} = Connection.send(victim, :reliable, <<0x99>>)
     assert_receive {:DOWN, ^ref, :process, ^victim_side, {%RuntimeError{}, _}}, 5_000

@@ -4,6 +4,7 @@ defmodule RakNet.XPlaneCompatTest do
 
   alias RakNet.{Connection, Native}
   alias RakNet.Test.{ChatClient, LinkingClient, XPlaneState}
+  import RakNet.Test.Monitor
 
   defp start_server(module, opts) do
     {server, _port} = RakNet.Test.Server.start!(module, opts)
@@ -84,7 +85,7 @@ defmodule RakNet.XPlaneCompatTest do
       {:ok, conn} = RakNet.connect("127.0.0.1", port)
       assert_receive {:linking_new, connection_pid, player}, 5_000
       player_ref = Process.monitor(player)
-      conn_ref = Process.monitor(connection_pid)
+      conn_ref = monitor!(connection_pid)
 
       case ending do
         :close -> :ok = Connection.close(conn)

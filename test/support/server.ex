@@ -38,3 +38,27 @@ defmodule RakNet.Test.Mailbox do
     end
   end
 end
+
+defmodule RakNet.Test.Monitor do
+  @moduledoc """
+  Monitors that are in place before the test goes on.
+
+  `Process.monitor/1` only sends a signal. A connection process keeps its mailbox off its
+  heap, and the runtime (OTP 25) then takes in signals from different senders through
+  separate buffers: a message an endpoint thread delivers after the monitor was sent (the
+  peer's disconnection, a message the handler stops on) can be handled first. If it ends the
+  process, the monitor's DOWN says `:noproc` instead of the exit reason.
+  """
+
+  @doc """
+  Monitors the GenServer `pid` and returns the monitor's reference once the monitor is set:
+  a call from this process is ordered after its monitor signal, so the reply means the
+  process has taken the monitor in.
+  """
+  @spec monitor!(pid()) :: reference()
+  def monitor!(pid) do
+    ref = Process.monitor(pid)
+    _ = :sys.get_state(pid)
+    ref
+  end
+end
