@@ -56,16 +56,18 @@ defmodule RakNet.Server.Config do
     * `:protocol_versions` - the RakNet protocol versions accepted, the first preferred; other
       clients are refused with their version. Default `[11, 10, 6]`.
     * `:min_mtu` / `:max_mtu` - MTU bounds in bytes, 400..1500. Defaults `400` / `1492`.
-    * `:use_cookies` - answer the open-connection-request-1 of protocol 10/11 (Bedrock)
-      clients with an anti-spoofing cookie they must echo, so a spoofed source never gets a
-      handshake. Protocol 6 (official RakNet 4.081) clients never get one (they would not
-      understand it): they prove their address by echoing a per-address secret time in their
-      new-incoming-connection message instead. Default `true`.
+    * `:use_cookies` - answer every open-connection-request-1 with an anti-spoofing cookie
+      the client must echo, so a spoofed source never gets a handshake. Minecraft Bedrock
+      clients (protocols 10/11) and official RakNet 4.x clients (protocol 6) built without
+      libcat security (its default) echo it. With `false` (for a client that cannot, such as
+      an official client built with `LIBCAT_SECURITY`), clients prove their address only at
+      their last handshake message, by echoing a per-address secret time, and spoofed
+      requests compete with them for handshake records until then. Default `true`.
     * `:handshake_timeout_ms` - how long a handshake may take. Default `10_000`.
     * `:max_half_open` - handshakes in progress (between open-connection-request-2 and
       new-incoming-connection) remembered at once, each in a record of at most 64 bytes, no
-      connection: beyond it the oldest is forgotten. Clients proven by their cookie
-      (protocols 10/11) are counted apart from the others, each kind up to this limit, so a
+      connection: beyond it the oldest is forgotten. Clients proven by their cookie are
+      counted apart from the others (`use_cookies: false`), each kind up to this limit, so a
       spoofed flood never pushes out a proven client's handshake. Default `4096`.
     * `:max_half_open_per_ip` - of those, from one IP address (of each kind: spoofed
       requests from a player's address cannot use up the share of clients proven by their
@@ -75,10 +77,10 @@ defmodule RakNet.Server.Config do
       NAT share one); beyond it clients get "no free incoming connections". Default `128`.
     * `:new_connections_per_ip_per_sec` - handshakes one IP address may start per second
       (with a burst of as many); beyond it clients get "IP recently connected". A handshake
-      counts once its address is proven (at its first request with a cookie, protocols
-      10/11; at its last message without, protocol 6, which is then closed at once if over
-      the limit), so requests spoofed from a player's address cannot spend it. Loopback is
-      exempt. Default `20`.
+      counts once its address is proven (at its first request with a cookie; at its last
+      message with `use_cookies: false`, and is then closed at once if over the limit), so
+      requests spoofed from a player's address cannot spend it. Loopback is exempt.
+      Default `20`.
     * `:pongs_per_ip_per_sec` - unconnected pongs per source IP per second. Default `16`.
     * `:pong_bytes_per_sec` - unconnected pong bytes per second for all sources together.
       Default `262_144`.

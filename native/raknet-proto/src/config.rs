@@ -111,8 +111,8 @@ pub struct AdmissionLimits {
     /// Most of those from one IP, of each kind (proven by a cookie, or not). Beyond it a
     /// proven OCR2 is dropped until one completes or expires; an unproven one takes the
     /// place of that IP's oldest unproven handshake (spoofed or not, they look the same), so
-    /// spoofing a player's IP keeps a protocol-6 player out only at a full share per round
-    /// trip of the player. Default 64.
+    /// without cookies spoofing a player's IP keeps that player out only at a full share per
+    /// round trip of the player. Default 64.
     pub max_half_open_per_ip: usize,
     /// Most connections one IP may hold; OCR2 beyond it gets 0x14. Default 128.
     pub max_connections_per_ip: usize,
@@ -204,11 +204,12 @@ pub struct EndpointConfig {
     pub attempts_per_probe: u32,
     /// Interval between OCR1 attempts. Default 500 ms.
     pub connect_attempt_interval: Duration,
-    /// Send and require the stateless anti-spoofing cookie in Reply1/OCR2 for clients of
-    /// protocol 10 and above (the cookie-only variant that Bedrock clients accept).
-    /// Official 4.081 clients (protocol 6) cannot parse a cookie and never get one; their
-    /// address is proven later, by the 0x13 echo (see the `handshake` module). With `false`
-    /// every protocol takes that path. Default `true`.
+    /// Send and require the stateless anti-spoofing cookie in Reply1/OCR2, whatever the
+    /// protocol (the cookie-only variant of §4.10, which Bedrock clients and official RakNet
+    /// 4.x clients built without libcat security accept); an OCR2 without it is dropped.
+    /// With `false` nothing proves an address before its 0x13 echoes our time (see the
+    /// `handshake` module), so spoofed OCR2s compete with real clients for half-open
+    /// records: turn it off only for a client that cannot take a cookie. Default `true`.
     pub use_cookies: bool,
     /// Internal addresses sent in 0x10/0x13 for protocol 6 (official 10; X-Plane's build 30).
     /// Protocols 10 and 11 always use 20, like Minecraft. Default 10.

@@ -7,12 +7,14 @@
 //! shown it *receives* datagrams there: otherwise spoofed OCR2s fill the connection table
 //! and a forged handshake makes us send to a victim (issue #11). Two proofs are used:
 //!
-//! * **Cookie** (protocols 10 and 11, [`EndpointConfig::use_cookies`]): Reply1 carries a
-//!   SipHash of the address, a 2 s epoch and the protocol; OCR2 must echo it (§4.10). A
-//!   valid OCR2 has proved the address at once.
-//! * **Echoed server time** (protocol 6, or any protocol with cookies off): official 4.081
-//!   clients cannot parse a cookie, but they echo the server time of 0x10 (§6.3) as the
-//!   "ping time" of 0x13 (§6.4). We make that time unpredictable: every timestamp this
+//! * **Cookie** (every protocol, [`EndpointConfig::use_cookies`], the default): Reply1
+//!   carries a SipHash of the address, a 2 s epoch and the protocol; OCR2 must echo it
+//!   (§4.10). A valid OCR2 has proved the address at once. Official RakNet 4.x clients
+//!   (protocol 6) built without libcat security take this cookie-only variant as Bedrock
+//!   clients do: they echo the cookie and a "no challenge" byte.
+//! * **Echoed server time** (cookies off, for a client that cannot take a cookie): every
+//!   client echoes the server time of 0x10 (§6.3) as the "ping time" of 0x13 (§6.4). We
+//!   make that time unpredictable: every timestamp this
 //!   server sends a peer is its clock plus a keyed per-peer offset,
 //!   `SipHash(key, address, client GUID) mod 2^40` ms (up to 35 years). The same offset is
 //!   used for every later ping and pong, so clock synchronisation (§13) is unaffected: it
@@ -34,7 +36,7 @@
 //! We take it when the first 0x09 of a *validated* address (a cookie) is answered, and hold
 //! it in the record until 0x13 hands it to the connection or the record is forgotten. A
 //! server with no slot left answers that 0x09 with 0x14. An address without a cookie
-//! (protocol 6) is only proven by its 0x13, so its slot is taken then: a slot held for an
+//! (cookies off) is only proven by its 0x13, so its slot is taken then: a slot held for an
 //! unproven address would let spoofed handshakes fill the server. If none is left by then,
 //! the client is told with a 0x15 ([`ServerHandshake::late_refusal`]) instead of being left
 //! to time out.
@@ -150,8 +152,9 @@ pub(crate) enum Step {
 
 /// Half-open records, those of addresses that proved themselves with a cookie apart from the
 /// others, each kind capped at `max_half_open` and evicting its own oldest first. Spoofed
-/// sources can only make unproven records: a flood of them pushes out other unproven
-/// handshakes (protocol 6, which look the same until their 0x13), never a proven one.
+/// sources can only make unproven records, and only on a server without cookies (with them
+/// a bare OCR2 makes none): a flood of them pushes out other unproven handshakes, which look
+/// the same until their 0x13, never a proven one.
 #[derive(Debug)]
 struct HalfOpenTable {
     proven: BoundedMap<SocketAddr, HalfOpen>,
@@ -306,12 +309,6 @@ impl ServerHandshake {
             | u32::from(protocol)
     }
 
-    /// Whether clients of `protocol` get a cookie: only Bedrock's protocols (10, 11)
-    /// understand the cookie-only variant (§4.10).
-    fn cookie_for(config: &EndpointConfig, protocol: u8) -> bool {
-        config.use_cookies && protocol >= 10
-    }
-
     /// Decode an OCR2 with or without a cookie. Its size tells which: a cookie adds 5 bytes
     /// (and a challenge 64 more), so the cookie-less sizes 34 and 56 never collide with it.
     pub(crate) fn decode_ocr2(buf: &Bytes) -> Option<OpenConnectionRequest2> {
@@ -348,7 +345,8 @@ impl ServerHandshake {
                 .to_vec(),
             );
         }
-        let cookie = Self::cookie_for(config, req.protocol)
+        let cookie = config
+            .use_cookies
             .then(|| self.cookie(from, now_ms / COOKIE_EPOCH_MS, req.protocol));
         if cookie.is_none() {
             self.ocr1.insert(
@@ -385,7 +383,7 @@ impl ServerHandshake {
         if let Some(cookie) = req.cookie {
             let protocol = (cookie & 0xff) as u8;
             let epoch = now_ms / COOKIE_EPOCH_MS;
-            let valid = Self::cookie_for(config, protocol)
+            let valid = config.use_cookies
                 && config.protocol_versions.contains(&protocol)
                 && (cookie == self.cookie(from, epoch, protocol)
                     || (epoch > 0 && cookie == self.cookie(from, epoch - 1, protocol)));
@@ -395,25 +393,17 @@ impl ServerHandshake {
             }
             return Some((protocol, true, 0));
         }
-        let seen = self.ocr1.get(&from).copied();
-        let protocol = seen.map(|s| s.protocol).or_else(|| {
-            // No OCR1 remembered: the first configured protocol that gets no cookie.
-            config
-                .protocol_versions
-                .iter()
-                .copied()
-                .find(|p| !Self::cookie_for(config, *p))
-        });
-        match protocol {
-            Some(p) if !Self::cookie_for(config, p) => {
-                Some((p, false, seen.map_or(0, |s| usize::from(s.bytes))))
-            }
-            _ => {
-                // A cookie-protocol client must echo its cookie.
-                stats.bad_cookies += 1;
-                None
-            }
+        if config.use_cookies {
+            // Every Reply1 carried a cookie: an OCR2 without one answers none of ours.
+            stats.bad_cookies += 1;
+            return None;
         }
+        // The protocol of the OCR1 remembered, else the first one served.
+        let seen = self.ocr1.get(&from).copied();
+        let protocol = seen
+            .map(|s| s.protocol)
+            .or_else(|| config.protocol_versions.first().copied())?;
+        Some((protocol, false, seen.map_or(0, |s| usize::from(s.bytes))))
     }
 
     /// Handle an OCR2 (`len` bytes) from an address without a connection. `refusal` is
@@ -467,9 +457,9 @@ impl ServerHandshake {
         if of_ip >= config.admission.max_half_open_per_ip {
             stats.half_open_per_ip_full += 1;
             // A proven address is a real host with that many handshakes under way: it waits.
-            // Unproven ones cannot be told from spoofed ones: the oldest gives way, so keeping
-            // a protocol-6 player out takes a full share of spoofed OCR2s per round trip of
-            // the player, not one per handshake timeout.
+            // Unproven ones (cookies off) cannot be told from spoofed ones: the oldest gives
+            // way, so keeping a player out takes a full share of spoofed OCR2s per round trip
+            // of the player, not one per handshake timeout.
             if validated {
                 return None;
             }

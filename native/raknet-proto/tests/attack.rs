@@ -86,7 +86,8 @@ fn server(config: EndpointConfig) -> (Endpoint, Instant, SocketAddr) {
     (Endpoint::new(config, addr, now), now, addr)
 }
 
-/// A spoofed OCR2 flood from 1,000 addresses, then a real client of `protocol`.
+/// A spoofed OCR2 flood from 1,000 addresses, then a real client of `protocol`. With cookies
+/// (the default, whatever the protocol) a spoofed OCR2 leaves nothing behind.
 fn flood_then_connect(protocol: u8) {
     let server_cfg = EndpointConfig {
         admission: AdmissionLimits {
@@ -116,9 +117,12 @@ fn flood_then_connect(protocol: u8) {
     }
     let stats = p.server.stats();
     assert_eq!(stats.connections, 0, "a spoofed OCR2 holds no connection");
-    assert!(stats.half_open <= 256, "{stats:?}");
-    assert_eq!(stats.half_open_evicted, 1000 - 256);
-    assert_eq!(stats.bad_cookies, 1000);
+    assert_eq!(
+        (stats.half_open, stats.half_open_evicted),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(stats.bad_cookies, 2000);
     let (c, _) = p.connect();
     assert!(p.client.is_connected(c));
     assert_eq!(p.server.stats().connections, 1);
@@ -140,18 +144,27 @@ fn spoofed_ocr2_flood_does_not_stop_a_protocol_11_client() {
 }
 
 /// A spoofed flood of cookie-less OCR2s while a real client's handshake is under way. Each
-/// spoofed OCR2 makes a half-open record, and a full table evicts its oldest: the real
+/// spoofed OCR2 made a half-open record, and a full table evicts its oldest: the real
 /// client's record went first, and the client, which had been told nothing wrong, timed out
-/// (a flood of `max_half_open` OCR2s per round trip locked out every player). A client
-/// that proved its address with a cookie now keeps its record: proven handshakes have a
-/// table of their own, which spoofed sources cannot reach.
+/// (a flood of `max_half_open` OCR2s per round trip locked out every player). With cookies,
+/// for every protocol, a spoofed OCR2 makes no record at all.
 #[test]
 fn a_spoofed_flood_during_a_handshake_does_not_evict_a_proven_client() {
+    for protocol in [6, 11] {
+        a_spoofed_flood_during_the_handshake_of(protocol);
+    }
+}
+
+fn a_spoofed_flood_during_the_handshake_of(protocol: u8) {
     let server_cfg = EndpointConfig {
         admission: AdmissionLimits {
             max_half_open: 256,
             ..AdmissionLimits::default()
         },
+        ..EndpointConfig::default()
+    };
+    let client_cfg = EndpointConfig {
+        protocol_versions: vec![protocol],
         ..EndpointConfig::default()
     };
     // A player 100 ms away: its record waits 100 ms for the 0x09 after Reply2.
@@ -160,7 +173,7 @@ fn a_spoofed_flood_during_a_handshake_does_not_evict_a_proven_client() {
         jitter: Duration::ZERO,
         ..LinkConfig::default()
     };
-    let mut p = Pair::new(20, server_cfg, EndpointConfig::default(), link);
+    let mut p = Pair::new(20, server_cfg, client_cfg, link);
     let c = p.client.connect(p.now, p.server_addr).unwrap();
     assert!(p.drive_until(Duration::from_secs(1), |p| p.server.stats().half_open == 1));
     for i in 0..1000 {
@@ -168,21 +181,29 @@ fn a_spoofed_flood_during_a_handshake_does_not_evict_a_proven_client() {
             .handle(p.now, spoofed(i), ocr2(p.server_addr, u64::from(i), None));
     }
     let stats = p.server.stats();
-    assert_eq!(stats.half_open, 256 + 1, "{stats:?}");
-    assert_eq!(stats.half_open_evicted, 1000 - 256);
+    assert_eq!(
+        (stats.half_open, stats.half_open_evicted, stats.bad_cookies),
+        (1, 0, 1000),
+        "protocol {protocol}: {stats:?}"
+    );
     assert!(p.drive_until(Duration::from_secs(5), |p| {
         p.client.is_connected(c) && p.server.stats().connections == 1
     }));
 }
 
 /// 100 cookie-less OCR2s spoofed from a player's IP (other ports: a NAT that many players
-/// share), then the player, of `protocol`, connects: within 2 s?
-fn spoofed_from_the_players_ip_then_connect(protocol: u8) -> bool {
+/// share), then the player, of `protocol`, connects to a server with or without cookies:
+/// within 2 s?
+fn spoofed_from_the_players_ip_then_connect(protocol: u8, cookies: bool) -> bool {
     let client = EndpointConfig {
         protocol_versions: vec![protocol],
         ..EndpointConfig::default()
     };
-    let mut p = Pair::new(21, EndpointConfig::default(), client, LinkConfig::default());
+    let server = EndpointConfig {
+        use_cookies: cookies,
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(21, server, client, LinkConfig::default());
     let ip = common::pair::CLIENT.parse::<SocketAddr>().unwrap().ip();
     for port in 0..100u16 {
         let from = SocketAddr::new(ip, 20_000 + port);
@@ -190,7 +211,8 @@ fn spoofed_from_the_players_ip_then_connect(protocol: u8) -> bool {
             .handle(p.now, from, ocr2(p.server_addr, u64::from(port), None));
     }
     let stats = p.server.stats();
-    assert_eq!((stats.half_open, stats.half_open_per_ip_full), (64, 36));
+    let records = if cookies { (0, 0) } else { (64, 36) };
+    assert_eq!((stats.half_open, stats.half_open_per_ip_full), records);
     let c = p.client.connect(p.now, p.server_addr).unwrap();
     p.drive_until(Duration::from_secs(2), |p| {
         p.client.is_connected(c) && p.server.stats().connections == 1
@@ -199,29 +221,38 @@ fn spoofed_from_the_players_ip_then_connect(protocol: u8) -> bool {
 
 /// `max_half_open_per_ip` cookie-less OCR2s spoofed from a player's IP used up that IP's
 /// half-open handshakes for the handshake timeout: 64 datagrams every 10 s kept every player
-/// behind it out. Proven handshakes are counted per IP apart from unproven ones, so a player
+/// behind it out. With cookies, for every protocol, they make no record, and a player
 /// proven by its cookie gets in whatever the flood.
 #[test]
 fn spoofed_ocr2s_from_a_players_ip_do_not_keep_a_proven_player_out() {
-    assert!(spoofed_from_the_players_ip_then_connect(11));
+    for protocol in [6, 11] {
+        assert!(spoofed_from_the_players_ip_then_connect(protocol, true));
+    }
 }
 
-/// The same for a protocol-6 player, which has no cookie: its IP's oldest unproven handshake
-/// makes room for it instead of its OCR2 being dropped. Keeping it out now takes 64 spoofed
-/// OCR2s per round trip of the player, not 64 per 10 s.
+/// The same without cookies: the player's OCR2 cannot be told from the spoofed ones, and its
+/// IP's oldest unproven handshake makes room for it instead of its OCR2 being dropped.
+/// Keeping it out takes 64 spoofed OCR2s per round trip of the player, not 64 per 10 s.
 #[test]
-fn a_slow_spoofed_flood_from_a_players_ip_does_not_keep_a_protocol_6_player_out() {
-    assert!(spoofed_from_the_players_ip_then_connect(6));
+fn a_slow_spoofed_flood_from_a_players_ip_does_not_keep_a_cookieless_player_out() {
+    for protocol in [6, 11] {
+        assert!(spoofed_from_the_players_ip_then_connect(protocol, false));
+    }
 }
 
 #[test]
 fn half_open_state_is_bounded_globally_and_per_ip() {
+    // Without cookies, where a bare OCR2 makes a record (with them it makes none).
+    let cookieless = EndpointConfig {
+        use_cookies: false,
+        ..EndpointConfig::default()
+    };
     let (mut ep, now, addr) = server(EndpointConfig {
         admission: AdmissionLimits {
             max_half_open: 1000,
             ..AdmissionLimits::default()
         },
-        ..EndpointConfig::default()
+        ..cookieless.clone()
     });
     for i in 0..10_000 {
         ep.handle(now, spoofed(i), ocr2(addr, u64::from(i), None));
@@ -230,7 +261,7 @@ fn half_open_state_is_bounded_globally_and_per_ip() {
     assert_eq!((s.half_open, s.connections), (1000, 0));
     assert_eq!(s.half_open_evicted, 9000);
     // Many ports of one IP: at most `max_half_open_per_ip` (loopback skips the rate limit).
-    let (mut ep, now, addr) = server(EndpointConfig::default());
+    let (mut ep, now, addr) = server(cookieless);
     for port in 0..100u16 {
         let from = SocketAddr::from(([127, 0, 0, 2], 20_000 + port));
         ep.handle(now, from, ocr2(addr, u64::from(port), None));
@@ -307,21 +338,25 @@ fn real_client(
     Err(None)
 }
 
-/// `new_connections_per_ip_per_sec` (20) holds for real clients of either kind: a proven one
-/// is refused at its OCR2 with 0x1A; one without a cookie is counted once its 0x13 proves
-/// its address, and refused then with a 0x15.
+/// `new_connections_per_ip_per_sec` (20) holds for real clients of every protocol, with
+/// cookies or without: one proven by its cookie is refused at its OCR2 with 0x1A; without
+/// cookies a client is counted once its 0x13 proves its address, and refused then with a
+/// 0x15.
 #[test]
 fn new_connections_per_ip_are_rate_limited() {
-    let (mut ep, mut now, addr) = server(EndpointConfig::default());
     let limit = Duration::from_millis(500);
-    for (ip, protocol, refusal) in [
-        (
-            [10, 1, 1, 1],
-            11,
-            DisconnectReason::ConnectFailed(ConnectError::IpRecentlyConnected),
-        ),
-        ([10, 1, 1, 2], 6, DisconnectReason::PeerClosed),
+    let recently = DisconnectReason::ConnectFailed(ConnectError::IpRecentlyConnected);
+    for (cookies, protocol, refusal) in [
+        (true, 11, recently),
+        (true, 6, recently),
+        (false, 11, DisconnectReason::PeerClosed),
+        (false, 6, DisconnectReason::PeerClosed),
     ] {
+        let (mut ep, mut now, addr) = server(EndpointConfig {
+            use_cookies: cookies,
+            ..EndpointConfig::default()
+        });
+        let ip = [10, 1, 1, 1];
         // Handshakes complete without the virtual clock moving: no token comes back.
         for port in 0..20u16 {
             let from = SocketAddr::from((ip, 20_000 + port));
@@ -332,17 +367,16 @@ fn new_connections_per_ip_are_rate_limited() {
         }
         let from = SocketAddr::from((ip, 21_000));
         let got = real_client(&mut ep, addr, from, protocol, &mut now, limit);
-        assert_eq!(got, Err(Some(refusal)), "protocol {protocol}");
+        let case = format!("protocol {protocol}, cookies {cookies}");
+        assert_eq!(got, Err(Some(refusal)), "{case}");
+        assert_eq!(ep.stats().refused_recently_connected, 1, "{case}");
+        assert_eq!(ep.stats().connections, 20, "{case}");
+        // A second later the bucket has refilled.
+        now += Duration::from_secs(1);
+        let from = SocketAddr::from((ip, 21_001));
+        let got = real_client(&mut ep, addr, from, protocol, &mut now, limit);
+        assert_eq!(got, Ok(()), "{case}");
     }
-    assert_eq!(ep.stats().refused_recently_connected, 2);
-    assert_eq!(ep.stats().connections, 40);
-    // A second later the bucket has refilled.
-    now += Duration::from_secs(1);
-    let from = SocketAddr::from(([10, 1, 1, 1], 21_001));
-    assert_eq!(
-        real_client(&mut ep, addr, from, 11, &mut now, limit),
-        Ok(())
-    );
 }
 
 /// `new_connections_per_ip_per_sec` (20) cookie-less OCR2s spoofed from a player's IP each
@@ -351,17 +385,22 @@ fn new_connections_per_ip_are_rate_limited() {
 /// OCR2s never become: players of either kind get in.
 #[test]
 fn spoofed_ocr2s_do_not_spend_a_players_new_connection_budget() {
-    let (mut ep, mut now, addr) = server(EndpointConfig::default());
-    for port in 0..30u16 {
-        let from = SocketAddr::from(([10, 1, 1, 1], 20_000 + port));
-        ep.handle(now, from, ocr2(addr, u64::from(port), None));
-    }
-    assert_eq!(ep.stats().refused_recently_connected, 0);
-    let limit = Duration::from_millis(500);
-    for (port, protocol) in [(40_000, 11), (40_001, 6)] {
-        let player = SocketAddr::from(([10, 1, 1, 1], port));
-        let got = real_client(&mut ep, addr, player, protocol, &mut now, limit);
-        assert_eq!(got, Ok(()), "protocol {protocol}");
+    for cookies in [true, false] {
+        let (mut ep, mut now, addr) = server(EndpointConfig {
+            use_cookies: cookies,
+            ..EndpointConfig::default()
+        });
+        for port in 0..30u16 {
+            let from = SocketAddr::from(([10, 1, 1, 1], 20_000 + port));
+            ep.handle(now, from, ocr2(addr, u64::from(port), None));
+        }
+        assert_eq!(ep.stats().refused_recently_connected, 0);
+        let limit = Duration::from_millis(500);
+        for (port, protocol) in [(40_000, 11), (40_001, 6)] {
+            let player = SocketAddr::from(([10, 1, 1, 1], port));
+            let got = real_client(&mut ep, addr, player, protocol, &mut now, limit);
+            assert_eq!(got, Ok(()), "protocol {protocol}, cookies {cookies}");
+        }
     }
 }
 
@@ -388,7 +427,11 @@ fn every_unvalidated_reply_is_at_most_three_times_its_request() {
         assert_eq!(out > 0, answered, "MOTD of {n}");
         assert_eq!(ep.stats().pongs_too_large, u64::from(!answered));
     }
-    let (mut ep, now, addr) = server(EndpointConfig::default());
+    // Without cookies, so that bare OCR2s are answered (with them they get nothing).
+    let (mut ep, now, addr) = server(EndpointConfig {
+        use_cookies: false,
+        ..EndpointConfig::default()
+    });
     // An unpadded OCR1 (18 bytes) is not answered at all.
     ep.handle(now, victim, ocr1(6, 18 + 28));
     assert_eq!(bytes_to(&drain(&mut ep, now), victim), 0);
@@ -452,41 +495,50 @@ fn blind_handshake(config: EndpointConfig, protocol: u8, with_ocr1: bool) -> (us
         ep.handle_timeout(now);
         received += bytes_to(&drain(&mut ep, now), victim);
     }
-    assert_eq!(
-        ep.stats().connections,
-        0,
-        "a blind handshake never connects"
-    );
-    assert_eq!(ep.stats().bad_echo, 50);
+    let stats = ep.stats();
+    assert_eq!(stats.connections, 0, "a blind handshake never connects");
+    if ep.config().use_cookies {
+        // Its OCR2 has no cookie: nothing follows it, not even a record.
+        assert_eq!(
+            (stats.bad_cookies, stats.half_open, stats.bad_echo),
+            (1, 0, 0)
+        );
+    } else {
+        assert_eq!(stats.bad_echo, 50);
+    }
     (sent, received)
 }
 
 #[test]
 fn blind_handshake_gets_at_most_three_times_what_it_sends() {
-    for (protocol, cookies, with_ocr1) in [
-        (6, true, false),
-        (6, true, true),
-        (11, false, false),
-        (11, false, true),
-    ] {
-        let config = EndpointConfig {
-            use_cookies: cookies,
-            ..EndpointConfig::default()
-        };
-        let (sent, received) = blind_handshake(config, protocol, with_ocr1);
-        assert!(
-            received <= 3 * sent,
-            "protocol {protocol}: sent {sent}, received {received}"
-        );
-        assert!(received > 0);
+    for protocol in [6, 11] {
+        for cookies in [true, false] {
+            for with_ocr1 in [false, true] {
+                let config = EndpointConfig {
+                    use_cookies: cookies,
+                    ..EndpointConfig::default()
+                };
+                let (sent, received) = blind_handshake(config, protocol, with_ocr1);
+                let case = format!("protocol {protocol}, cookies {cookies}, OCR1 {with_ocr1}");
+                assert!(
+                    received <= 3 * sent,
+                    "{case}: sent {sent}, received {received}"
+                );
+                // With cookies only the OCR1 is answered (Reply1), and nothing else.
+                assert_eq!(received > 0, !cookies || with_ocr1, "{case}");
+            }
+        }
     }
 }
 
 #[test]
 fn a_single_repeated_0x09_gets_its_0x10_only_within_the_budget() {
     // Without OCR1 credit: OCR2 (34) + 0x09s (28 each) pay for Reply2 (35) and 110-byte
-    // 0x10s at most three times over.
-    let (mut ep, now, addr) = server(EndpointConfig::default());
+    // 0x10s at most three times over (without cookies: with them a bare OCR2 gets nothing).
+    let (mut ep, now, addr) = server(EndpointConfig {
+        use_cookies: false,
+        ..EndpointConfig::default()
+    });
     let victim = spoofed(5);
     ep.handle(now, victim, ocr2(addr, 9, None));
     let mut sent = 34;

@@ -307,11 +307,15 @@ fn a_client_told_accepted_holds_its_slot() {
     assert_eq!(net.servers[1].stats().refused_full_late, 1);
 }
 
-/// A protocol-6 client has no cookie: its address is proven only by its 0x13, so its slot
-/// is taken then. One that finds none left is told with a 0x15 at once.
+/// Without cookies a client's address is proven only by its 0x13, so its slot is taken
+/// then. One that finds none left is told with a 0x15 at once.
 #[test]
 fn a_cookieless_client_refused_late_is_told_at_once() {
-    let mut net = Net::new(2, true, limits(1, 100));
+    let server = EndpointConfig {
+        use_cookies: false,
+        ..limits(1, 100)
+    };
+    let mut net = Net::new(2, true, server);
     let official = EndpointConfig {
         protocol_versions: vec![6],
         ..EndpointConfig::default()
@@ -363,7 +367,8 @@ fn a_dropped_endpoint_gives_its_handshakes_slots_back() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// Clients of both kinds start at random times on either endpoint of a small server, and
+    /// Clients of both protocols start at random times on either endpoint of a small server
+    /// (with cookies, or without: slots taken at 0x09 or at 0x13), and
     /// some stop talking after a few datagrams (their handshake, or their connection, dies
     /// half-way). Once every timeout has run out, the group counts exactly the connections
     /// the endpoints hold (no slot leaked by a handshake, kept or refused), never more than
@@ -371,6 +376,7 @@ proptest! {
     #[test]
     fn slots_add_up_whatever_the_handshakes_do(
         max in 1usize..4,
+        cookies in any::<bool>(),
         clients in proptest::collection::vec(
             (
                 prop_oneof![Just(6u8), Just(11u8)],
@@ -381,7 +387,11 @@ proptest! {
             1..8,
         ),
     ) {
-        let mut net = Net::new(2, true, limits(max, 100));
+        let server = EndpointConfig {
+            use_cookies: cookies,
+            ..limits(max, 100)
+        };
+        let mut net = Net::new(2, true, server);
         let mut clients = clients;
         clients.sort_by_key(|c| c.3);
         let mut at = 0;

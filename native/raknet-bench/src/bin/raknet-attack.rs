@@ -1184,9 +1184,10 @@ async fn ocr2_flood(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<St
 }
 
 /// Cookie-less OCR2s spoofed from the players' own IP (127.0.0.1, the fresh clients' address),
-/// from many ports: a NAT that many players share, whose address the attacker knows. They
-/// can use up that IP's half-open handshakes and new-connection budget; clients proven by a
-/// cookie (protocol 11) have a share of their own, protocol-6 clients cannot be told apart.
+/// from many ports: a NAT that many players share, whose address the attacker knows. With
+/// cookies (the server's default, every protocol) they make no handshake record; a server
+/// without cookies cannot tell them from its players, and they compete with those for that
+/// IP's half-open handshakes.
 async fn ocr2_players_ip(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
     let mut pool = Vec::with_capacity(PLAYERS_IP_PORTS);
     for _ in 0..PLAYERS_IP_PORTS {
