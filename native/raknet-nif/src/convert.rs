@@ -159,6 +159,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         .map(|n| n.max(1));
     let config = EndpointConfig {
         rng_seed: seed(),
+        secret: seed(),
         guid,
         protocol_versions,
         accept_incoming: get(map, "accept_incoming")?,
@@ -232,8 +233,10 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
     })
 }
 
-/// A seed for GUIDs and cookie keys: the engine takes randomness from its config, so the
-/// runtime supplies some from the standard library's randomly keyed hasher.
+/// 64 unpredictable bits, for an endpoint's seed and secret (its GUID and handshake keys): the
+/// engine takes randomness from its config, so the runtime supplies some from the standard
+/// library's hasher, whose keys come from the operating system's randomness (each new one
+/// differs), over the time.
 pub(crate) fn seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -316,6 +316,7 @@ fn start_endpoints<'a>(
         if i > 0 {
             // Each engine its own randomness (cookie keys); one GUID for the whole server.
             config.rng_seed = convert::seed();
+            config.secret = convert::seed();
         }
         let endpoint = Endpoint::new_in_group(config.clone(), local, Instant::now(), group.clone());
         config.guid = Some(endpoint.guid());

@@ -8,9 +8,11 @@
 //! cargo run -p raknet-proto --example echo_server -- [ADDRESS]   # default 127.0.0.1:19132
 //! ```
 
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_proto::{
@@ -26,12 +28,13 @@ fn main() -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(ErrorKind::InvalidInput, e))?;
     let socket = UdpSocket::bind(addr)?;
     let local = socket.local_addr()?;
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
+    // The GUID and the handshake keys derive from the seed and the secret: take both from the
+    // standard hasher's keys (the operating system's randomness), never from the clock.
+    let random = || RandomState::new().build_hasher().finish();
     let mut endpoint = Endpoint::new(
         EndpointConfig {
-            rng_seed: seed,
+            rng_seed: random(),
+            secret: random(),
             // A Bedrock MOTD makes pongs 4-6 times the ping (see `pong_amplification`).
             admission: AdmissionLimits {
                 pong_amplification: 6,

@@ -185,8 +185,14 @@ pub enum CongestionControl {
 /// `EndpointConfig { use_cookies: true, ..EndpointConfig::default() }`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointConfig {
-    /// Seed for the GUID and the cookie key; the same seed and inputs give the same bytes.
+    /// With [`EndpointConfig::secret`], the 128-bit key the GUID and the handshake's secret
+    /// keys (cookies, echoed time) are derived from; the same seed, secret and inputs give
+    /// the same bytes. Default `0x5eed`.
     pub rng_seed: u64,
+    /// The other half of that key. The defaults make every endpoint's secrets the same: an
+    /// endpoint that faces the internet must get a random seed and secret (the NIF draws both
+    /// from the operating system's randomness for every endpoint). Default `0`.
+    pub secret: u64,
     /// This endpoint's GUID. `None` draws one from the seeded RNG. Default `None`.
     pub guid: Option<u64>,
     /// RakNet protocol versions accepted from clients; the first is the one clients send
@@ -266,6 +272,7 @@ impl Default for EndpointConfig {
     fn default() -> Self {
         Self {
             rng_seed: 0x5eed,
+            secret: 0,
             guid: None,
             protocol_versions: vec![11, 10, 6],
             accept_incoming: true,

@@ -21,7 +21,7 @@ use crate::message::{
     id, AlreadyConnected, ConnectionBanned, IpRecentlyConnected, NoFreeIncomingConnections,
     OfflineMessage, OpenConnectionRequest2, UnconnectedPing, UnconnectedPong,
 };
-use crate::rng::Rng;
+use crate::rng::derive;
 use crate::send::flight::ReceiptOutcome;
 use crate::send::queue::ReceiptId;
 use crate::send::queue::SendOptions;
@@ -356,9 +356,10 @@ impl Endpoint {
         now: Instant,
         group: Arc<EndpointGroup>,
     ) -> Self {
-        let mut rng = Rng::new(config.rng_seed);
-        let guid = config.guid.unwrap_or_else(|| rng.next_u64());
-        let handshake = ServerHandshake::new(&mut rng, &config, group.clone());
+        let guid = config
+            .guid
+            .unwrap_or_else(|| derive(config.rng_seed, config.secret, b"guid"));
+        let handshake = ServerHandshake::new(&config, group.clone());
         let tracked = config.admission.max_tracked_ips;
         let pong_bytes = config.admission.pong_bytes_per_sec;
         Self {

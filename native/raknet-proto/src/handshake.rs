@@ -8,8 +8,9 @@
 //! and a forged handshake makes us send to a victim (issue #11). Two proofs are used:
 //!
 //! * **Cookie** (every protocol, [`EndpointConfig::use_cookies`], the default): Reply1
-//!   carries a SipHash of the address, a 2 s epoch and the protocol; OCR2 must echo it
-//!   (§4.10). A valid OCR2 has proved the address at once. Official RakNet 4.x clients
+//!   carries 32 bits of a SipHash of the address, a 2 s epoch and the protocol, under a key
+//!   only the seed and secret give (see `rng`); OCR2 must echo it (§4.10). A valid OCR2 has
+//!   proved the address at once. Official RakNet 4.x clients
 //!   (protocol 6) built without libcat security take this cookie-only variant as Bedrock
 //!   clients do: they echo the cookie and a "no challenge" byte.
 //! * **Echoed server time** (cookies off, for a client that cannot take a cookie): every
@@ -72,7 +73,7 @@ use crate::message::{
     OpenConnectionReply1, OpenConnectionReply2, OpenConnectionRequest1, OpenConnectionRequest2,
 };
 use crate::reliability::Reliability;
-use crate::rng::{siphash24, Rng};
+use crate::rng::{derive, siphash24};
 use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
 
 /// How long a cookie epoch lasts; cookies of the current and previous epoch are accepted.
@@ -260,11 +261,12 @@ fn ip16(ip: IpAddr) -> [u8; 16] {
 }
 
 impl ServerHandshake {
-    pub(crate) fn new(rng: &mut Rng, config: &EndpointConfig, group: Arc<EndpointGroup>) -> Self {
+    pub(crate) fn new(config: &EndpointConfig, group: Arc<EndpointGroup>) -> Self {
         let cap = config.admission.max_half_open;
+        let key = |label: &[u8]| derive(config.rng_seed, config.secret, label);
         Self {
-            cookie_key: (rng.next_u64(), rng.next_u64()),
-            offset_key: (rng.next_u64(), rng.next_u64()),
+            cookie_key: (key(b"cookie key 0"), key(b"cookie key 1")),
+            offset_key: (key(b"offset key 0"), key(b"offset key 1")),
             half_open: HalfOpenTable::new(cap),
             per_ip: HashMap::new(),
             guids: HashMap::new(),
@@ -304,9 +306,7 @@ impl ServerHandshake {
         data[16..18].copy_from_slice(&from.port().to_be_bytes());
         data[18..26].copy_from_slice(&epoch.to_be_bytes());
         data[26] = protocol;
-        // The low byte carries the protocol, so OCR2 needs no server state.
-        (siphash24(self.cookie_key.0, self.cookie_key.1, &data) as u32 & !0xff)
-            | u32::from(protocol)
+        siphash24(self.cookie_key.0, self.cookie_key.1, &data) as u32
     }
 
     /// Decode an OCR2 with or without a cookie. Its size tells which: a cookie adds 5 bytes
@@ -381,16 +381,23 @@ impl ServerHandshake {
         stats: &mut EndpointStats,
     ) -> Option<(u8, bool, usize)> {
         if let Some(cookie) = req.cookie {
-            let protocol = (cookie & 0xff) as u8;
+            // The OCR2 has no room for the protocol: the cookie of one of the protocols
+            // served, this epoch or the last, tells it. All 32 bits are checked (a blind
+            // guess is right once in 2^32 per protocol and epoch).
             let epoch = now_ms / COOKIE_EPOCH_MS;
-            let valid = config.use_cookies
-                && config.protocol_versions.contains(&protocol)
-                && (cookie == self.cookie(from, epoch, protocol)
-                    || (epoch > 0 && cookie == self.cookie(from, epoch - 1, protocol)));
-            if !valid {
+            let epochs = [Some(epoch), epoch.checked_sub(1)];
+            let protocol = config.use_cookies.then(|| {
+                config.protocol_versions.iter().copied().find(|&p| {
+                    epochs
+                        .iter()
+                        .flatten()
+                        .any(|&e| cookie == self.cookie(from, e, p))
+                })
+            });
+            let Some(Some(protocol)) = protocol else {
                 stats.bad_cookies += 1;
                 return None;
-            }
+            };
             return Some((protocol, true, 0));
         }
         if config.use_cookies {
@@ -746,4 +753,93 @@ pub(crate) fn wire_time(local_ms: u64, offset: u64) -> u64 {
 /// Our local milliseconds from a time we sent a peer (echoed back).
 pub(crate) fn local_time(wire_ms: u64, offset: u64) -> u64 {
     wire_ms.wrapping_sub(offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Endpoint;
+    use std::time::Instant;
+
+    /// SplitMix64, which drew the GUID and then the handshake keys from the seed before
+    /// (issue: the GUID gave the keys away).
+    fn splitmix_next(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// The state SplitMix64 was in when it returned `out`: its output function undone.
+    fn splitmix_state(out: u64) -> u64 {
+        fn unshift(y: u64, k: u32) -> u64 {
+            let mut x = y;
+            let mut shift = k;
+            while shift < 64 {
+                x ^= y >> shift;
+                shift += k;
+            }
+            x
+        }
+        fn inverse(c: u64) -> u64 {
+            // Newton's iteration: each step doubles the correct low bits (c is odd).
+            let mut inv = c;
+            for _ in 0..6 {
+                inv = inv.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(inv)));
+            }
+            inv
+        }
+        let mut z = unshift(out, 31);
+        z = unshift(z.wrapping_mul(inverse(0x94d0_49bb_1331_11eb)), 27);
+        unshift(z.wrapping_mul(inverse(0xbf58_476d_1ce4_e5b9)), 30)
+    }
+
+    fn ocr2(server: SocketAddr, cookie: u32) -> Bytes {
+        crate::message::OpenConnectionRequest2 {
+            cookie: Some(cookie),
+            client_challenge: None,
+            server_address: server,
+            mtu: 1400,
+            client_guid: 99,
+        }
+        .to_vec()
+        .into()
+    }
+
+    /// Every pong and handshake reply carries the server's GUID. When the GUID and then the
+    /// cookie key were consecutive SplitMix64 outputs, anyone who pinged the server could run
+    /// the generator on from the GUID, forge a cookie for any address and open connections
+    /// from spoofed addresses. The attacker's computation, against a server that derives its
+    /// values with a keyed hash: the forged cookie is dropped, a real one is taken.
+    #[test]
+    fn the_guid_gives_no_key_away() {
+        let config = EndpointConfig {
+            rng_seed: 0x0123_4567_89ab_cdef,
+            secret: 0x0fed_cba9_8765_4321,
+            ..EndpointConfig::default()
+        };
+        let server: SocketAddr = "127.0.0.1:19132".parse().unwrap();
+        let mut ep = Endpoint::new(config.clone(), server, Instant::now());
+        let mut state = splitmix_state(ep.guid());
+        let mut forger = ServerHandshake::new(&config, Arc::default());
+        forger.cookie_key = (splitmix_next(&mut state), splitmix_next(&mut state));
+        let victim: SocketAddr = "127.0.0.9:5000".parse().unwrap();
+        ep.handle(
+            Instant::now(),
+            victim,
+            ocr2(server, forger.cookie(victim, 0, 11)),
+        );
+        assert_eq!((ep.stats().bad_cookies, ep.stats().half_open), (1, 0));
+
+        // The attacker's arithmetic is right: it finds the state behind any output.
+        let mut s = 0x5eed;
+        let first = splitmix_next(&mut s);
+        assert_eq!(splitmix_state(first), s);
+        // And a cookie made with the server's own keys (the same config derives them) is taken.
+        let player: SocketAddr = "127.0.0.10:5000".parse().unwrap();
+        let real = ServerHandshake::new(&config, Arc::default()).cookie(player, 0, 11);
+        ep.handle(Instant::now(), player, ocr2(server, real));
+        assert_eq!((ep.stats().bad_cookies, ep.stats().half_open), (1, 1));
+    }
 }

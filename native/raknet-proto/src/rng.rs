@@ -1,24 +1,15 @@
-//! Seeded randomness and the keyed hash behind anti-spoofing cookies.
+//! Keyed derivation of an endpoint's GUID and secrets, and the keyed hash behind
+//! anti-spoofing cookies.
 //!
-//! The engine never reads the system's entropy: GUIDs and cookie keys come from
-//! [`EndpointConfig::rng_seed`](crate::EndpointConfig::rng_seed), so runs are reproducible.
+//! The engine never reads the system's entropy: the GUID and the handshake keys come from
+//! [`EndpointConfig::rng_seed`](crate::EndpointConfig::rng_seed) and
+//! [`EndpointConfig::secret`](crate::EndpointConfig::secret), so runs are reproducible. Each
+//! is SipHash keyed by both, over its own label: a pseudo-random function, so the GUID, which
+//! every pong and handshake reply carries, tells nothing about the keys derived beside it.
 
-/// SplitMix64: small, fast, and good enough for GUIDs and key derivation from a seed.
-#[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
+/// The endpoint value named `label`, derived from the seed and the secret.
+pub(crate) fn derive(seed: u64, secret: u64, label: &[u8]) -> u64 {
+    siphash24(seed, secret, label)
 }
 
 /// SipHash-2-4 with a 128-bit key: a PRF, so a cookie cannot be forged without the key.
@@ -82,9 +73,15 @@ mod tests {
     }
 
     #[test]
-    fn rng_is_deterministic() {
-        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
-        assert_eq!(a.next_u64(), b.next_u64());
-        assert_ne!(a.next_u64(), Rng::new(8).next_u64());
+    fn derived_values_depend_on_seed_secret_and_label() {
+        let guid = derive(7, 9, b"guid");
+        assert_eq!(guid, derive(7, 9, b"guid"));
+        for other in [
+            derive(8, 9, b"guid"),
+            derive(7, 10, b"guid"),
+            derive(7, 9, b"key"),
+        ] {
+            assert_ne!(guid, other);
+        }
     }
 }
