@@ -176,7 +176,9 @@ defmodule RakNet.Server do
   Bans an IP address (a tuple or a string) for `duration_ms` milliseconds, or `:infinity`:
   its connection attempts are refused with "connection banned" and everything else it sends
   is dropped and counted (`banned` in `info/1`), and its current connections are closed.
-  Banning again replaces the duration.
+  Banning again replaces the duration. An IPv6 address bans its /64, the network one
+  subscriber gets (a host has 2^64 addresses to move to), as every per-IP limit counts IPv6
+  addresses; `banned/1` lists the network's first address.
 
       :ok = RakNet.Server.ban(server, {203, 0, 113, 7}, 60_000)
       :ok = RakNet.Server.ban(server, "2001:db8::1")
@@ -191,7 +193,10 @@ defmodule RakNet.Server do
 
       case GenServer.call(listener(server), {:ban, text, duration}) do
         :ok ->
-          for %{address: {^ip, _}, pid: pid} <- connections(server),
+          network = network(ip)
+
+          for %{address: {address, _}, pid: pid} <- connections(server),
+              network(address) == network,
               do: RakNet.Connection.close(pid)
 
           :ok
@@ -202,8 +207,13 @@ defmodule RakNet.Server do
     end
   end
 
+  # What a ban covers: an IPv4 address, or an IPv6 address's /64.
+  defp network({a, b, c, d, _, _, _, _}), do: {a, b, c, d}
+  defp network(ip), do: ip
+
   @doc """
-  Lifts a ban; unbanning an address that is not banned is `:ok`.
+  Lifts a ban (of the address's /64 for IPv6); unbanning an address that is not banned is
+  `:ok`.
 
       :ok = RakNet.Server.unban(server, {203, 0, 113, 7})
   """

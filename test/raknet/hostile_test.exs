@@ -93,6 +93,22 @@ defmodule RakNet.HostileTest do
     assert RakNet.Server.ban(server, "not an address") == {:error, :einval}
   end
 
+  test "an IPv6 ban covers its /64: a ban of ::5 closes and refuses ::1" do
+    {server, _} =
+      start_server(ip: {127, 0, 0, 1}, open_ipv6_socket: true, ipv6_ip: {0, 0, 0, 0, 0, 0, 0, 1})
+
+    %{ipv6_port: port6} = RakNet.Server.info(server)
+    {:ok, conn} = RakNet.connect("::1", port6)
+    assert_receive {:client_new, _}, 5_000
+
+    assert :ok = RakNet.Server.ban(server, "::5")
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    assert [{{0, 0, 0, 0, 0, 0, 0, 0}, :infinity}] = RakNet.Server.banned(server)
+    assert RakNet.connect("::1", port6, timeout: 3_000) == {:error, :banned}
+    assert :ok = RakNet.Server.unban(server, "::7")
+    assert {:ok, _} = RakNet.connect("::1", port6)
+  end
+
   @tag :capture_log
   test "a MOTD whose pong would exceed :pong_amplification is refused by clients' pings, with a warning" do
     long = String.duplicate("x", 150)

@@ -126,7 +126,21 @@ impl TokenBucket {
     }
 }
 
-/// Per-IP token buckets, at most `cap` IPs remembered (an evicted IP starts afresh with a
+/// The address a per-IP limit or a ban counts `ip` under: an IPv4 address itself; an IPv6
+/// address by its /64 prefix, the network a subscriber gets (one host with a /64 has 2^64
+/// addresses to rotate through, so counting full addresses would bound nothing). An
+/// IPv4-mapped address counts as its IPv4 address.
+pub fn ip_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
+
+/// Per-IP token buckets (IPv6 by /64, see [`ip_key`]), at most `cap` IPs remembered (an evicted IP starts afresh with a
 /// full bucket: eviction forgives, so the global budgets stay the backstop).
 #[derive(Debug)]
 pub(crate) struct IpRates {
@@ -142,6 +156,7 @@ impl IpRates {
 
     /// Take one token for `ip` at `per_sec` a second with a burst of `burst`.
     pub(crate) fn take(&mut self, ip: IpAddr, now_ms: u64, per_sec: u64, burst: u64) -> bool {
+        let ip = ip_key(ip);
         if let Some(b) = self.buckets.get_mut(&ip) {
             return b.take(now_ms, 1, per_sec, burst);
         }
@@ -157,8 +172,9 @@ impl IpRates {
     }
 }
 
-/// Banned IPs, each until a deadline (milliseconds on the endpoint clock) or forever.
-/// The operator fills it, not peers; expired bans are dropped when looked at.
+/// Banned IPs (IPv6 by /64, see [`ip_key`]), each until a deadline (milliseconds on the
+/// endpoint clock) or forever. The operator fills it, not peers; expired bans are dropped
+/// when looked at.
 #[derive(Debug, Default)]
 pub(crate) struct Bans {
     until: HashMap<IpAddr, Option<u64>>,
@@ -166,14 +182,15 @@ pub(crate) struct Bans {
 
 impl Bans {
     pub(crate) fn ban(&mut self, ip: IpAddr, until_ms: Option<u64>) {
-        self.until.insert(ip, until_ms);
+        self.until.insert(ip_key(ip), until_ms);
     }
 
     pub(crate) fn unban(&mut self, ip: IpAddr) {
-        self.until.remove(&ip);
+        self.until.remove(&ip_key(ip));
     }
 
     pub(crate) fn is_banned(&mut self, ip: IpAddr, now_ms: u64) -> bool {
+        let ip = ip_key(ip);
         match self.until.get(&ip) {
             None => false,
             Some(None) => true,
@@ -236,6 +253,26 @@ mod tests {
             r.take(IpAddr::from(i.to_be_bytes()), 0, 1, 1);
         }
         assert_eq!(r.len(), 100);
+    }
+
+    #[test]
+    fn ipv6_addresses_count_by_their_slash_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let key = ip_key(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd"));
+        assert_eq!(key, ip("2001:db8:1:2::"));
+        assert_eq!(ip_key(ip("2001:db8:1:2::9")), key);
+        assert_ne!(ip_key(ip("2001:db8:1:3::9")), key);
+        assert_eq!(ip_key(ip("10.0.0.1")), ip("10.0.0.1"));
+        assert_eq!(ip_key(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
+        // A ban of one address covers its /64; so do per-IP budgets.
+        let mut b = Bans::default();
+        b.ban(ip("2001:db8:1:2::1"), None);
+        assert!(b.is_banned(ip("2001:db8:1:2:ffff::7"), 0));
+        assert!(!b.is_banned(ip("2001:db8:1:3::1"), 0));
+        let mut r = IpRates::new(16);
+        assert!(r.take(ip("2001:db8:1:2::1"), 0, 1, 1));
+        assert!(!r.take(ip("2001:db8:1:2::2"), 0, 1, 1));
+        assert!(r.take(ip("2001:db8:1:3::1"), 0, 1, 1));
     }
 
     #[test]

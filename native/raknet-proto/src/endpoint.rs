@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::addr;
-use crate::admission::{Bans, IpRates, TokenBucket};
+use crate::admission::{ip_key, Bans, IpRates, TokenBucket};
 use crate::codec::Encode;
 use crate::config::{CongestionControl, EndpointConfig};
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
@@ -226,9 +226,10 @@ impl EndpointGroup {
         self.live.load(AtomicOrdering::SeqCst)
     }
 
-    /// Connections from `ip` on every endpoint of the group.
+    /// Connections from `ip` (IPv6: from its /64, see [`ip_key`]) on every endpoint of the
+    /// group.
     pub fn connections_from(&self, ip: IpAddr) -> usize {
-        self.ip_map().get(&ip).copied().unwrap_or(0)
+        self.ip_map().get(&ip_key(ip)).copied().unwrap_or(0)
     }
 
     fn ip_map(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
@@ -240,6 +241,7 @@ impl EndpointGroup {
     /// `max_per_ip` are `ip`'s. Both counts are checked and raised under the per-IP lock, so
     /// two endpoints never both take the last slot.
     pub(crate) fn take(&self, ip: IpAddr, max: usize, max_per_ip: usize) -> bool {
+        let ip = ip_key(ip);
         let mut map = self.ip_map();
         if map.get(&ip).copied().unwrap_or(0) >= max_per_ip {
             return false;
@@ -263,6 +265,7 @@ impl EndpointGroup {
             .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
                 Some(n.saturating_sub(1))
             });
+        let ip = ip_key(ip);
         let mut map = self.ip_map();
         if let Some(n) = map.get_mut(&ip) {
             *n = n.saturating_sub(1);

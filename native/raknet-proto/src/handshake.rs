@@ -62,7 +62,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::admission::BoundedMap;
+use crate::admission::{ip_key, BoundedMap};
 use crate::codec::Encode;
 use crate::config::EndpointConfig;
 use crate::datagram::{DataHeader, Datagram};
@@ -459,7 +459,7 @@ impl ServerHandshake {
         if let Some(refused) = refusal(stats, validated) {
             return within_amplification(config, len, refused.len()).then_some(refused);
         }
-        let ip = (from.ip(), validated);
+        let ip = (ip_key(from.ip()), validated);
         let of_ip = self.per_ip.get(&ip).map_or(0, VecDeque::len);
         if of_ip >= config.admission.max_half_open_per_ip {
             stats.half_open_per_ip_full += 1;
@@ -520,7 +520,7 @@ impl ServerHandshake {
             self.reserved -= 1;
             self.group.release(addr.ip());
         }
-        let ip = (addr.ip(), h.validated);
+        let ip = (ip_key(addr.ip()), h.validated);
         if let Some(addrs) = self.per_ip.get_mut(&ip) {
             // At most `max_half_open_per_ip` to look through.
             if let Some(i) = addrs.iter().position(|a| *a == addr) {

@@ -62,6 +62,7 @@ mod stats;
 #[doc(hidden)]
 pub mod fuzzing;
 
+pub use admission::ip_key;
 pub use codec::{Decode, Encode};
 pub use config::{AdmissionLimits, CongestionControl, EndpointConfig, Limits};
 pub use congestion::{Bbr, CongestionEvent, Controller, DeliverySample, Pacer, SlidingWindow};

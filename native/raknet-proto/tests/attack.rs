@@ -379,6 +379,36 @@ fn new_connections_per_ip_are_rate_limited() {
     }
 }
 
+/// An IPv6 host has a /64 of its own, 2^64 addresses: counted by full address, every per-IP
+/// limit (connections, new connections per second, half-open handshakes) was a fresh budget
+/// per address. They count by /64: the 21st new connection of a second from one /64 is
+/// refused whatever address it comes from, and the next network is not affected.
+#[test]
+fn an_ipv6_network_counts_as_one_ip() {
+    let addr: SocketAddr = "[2001:db8::1]:19132".parse().unwrap();
+    let mut now = Instant::now();
+    let mut ep = Endpoint::new(EndpointConfig::default(), addr, now);
+    let limit = Duration::from_millis(500);
+    let host = |net: u16, n: u16| -> SocketAddr {
+        let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0xbad, net, n, n ^ 0x5a5a, n, 1);
+        SocketAddr::new(ip.into(), 20_000 + n)
+    };
+    for n in 0..20 {
+        let got = real_client(&mut ep, addr, host(64, n), 11, &mut now, limit);
+        assert_eq!(got, Ok(()), "client {n}");
+    }
+    let got = real_client(&mut ep, addr, host(64, 20), 11, &mut now, limit);
+    assert_eq!(
+        got,
+        Err(Some(DisconnectReason::ConnectFailed(
+            ConnectError::IpRecentlyConnected
+        )))
+    );
+    let other = real_client(&mut ep, addr, host(65, 1), 11, &mut now, limit);
+    assert_eq!(other, Ok(()));
+    assert_eq!(ep.stats().connections, 21);
+}
+
 /// `new_connections_per_ip_per_sec` (20) cookie-less OCR2s spoofed from a player's IP each
 /// second spent that IP's budget: every player behind it was refused with 0x1A. The budget
 /// is now spent only by proven addresses (a cookie, or a verified 0x13), which spoofed
