@@ -345,7 +345,17 @@ defmodule RakNet.Connection do
         {:client, _struct} -> nil
       end
 
-    %{conn: conn, client: nil, handler: handler, delivered: 0, delivered_bytes: 0, waiting: nil}
+    # `stopping`: a handler callback returned {:stop, ...}; the peer's later messages are
+    # dropped while the close completes.
+    %{
+      conn: conn,
+      client: nil,
+      handler: handler,
+      delivered: 0,
+      delivered_bytes: 0,
+      waiting: nil,
+      stopping: false
+    }
   end
 
   @impl GenServer
@@ -429,6 +439,9 @@ defmodule RakNet.Connection do
       nil ->
         # As in X-Plane's library the return value is not the new client state.
         RakNet.Client.receive(state.client, type, payload, transit)
+        {:noreply, confirm(state)}
+
+      _module when state.stopping ->
         {:noreply, confirm(state)}
 
       module ->
@@ -526,6 +539,7 @@ defmodule RakNet.Connection do
   # A handler callback's result: the new state, or a stop that closes the connection with
   # the reason (handle_disconnect/2 runs when the runtime confirms, with that reason).
   defp deliver_batch([], state), do: {:noreply, state}
+  defp deliver_batch(_rest, %{stopping: true} = state), do: {:noreply, state}
 
   defp deliver_batch([{type, payload, transit} | rest], %{handler: nil} = state) do
     RakNet.Client.receive(state.client, type, payload, transit)
@@ -558,7 +572,7 @@ defmodule RakNet.Connection do
 
   defp handler_result({:stop, reason, handler_state}, state) do
     close(state.conn, reason)
-    {:noreply, %{state | client: handler_state}}
+    {:noreply, %{state | client: handler_state, stopping: true}}
   end
 
   defp handler_result(other, state) do

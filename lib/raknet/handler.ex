@@ -58,8 +58,9 @@ defmodule RakNet.Handler do
   3. **Closing from the handler**: any callback may return `{:stop, reason, state}` (or
      `{:stop, reason, reply, state}` from `c:handle_call/3`): the connection is closed
      gracefully (queued messages still go out, the peer is notified) and
-     `c:handle_disconnect/2` gets `reason`. `RakNet.Connection.close(conn, reason)` from any
-     process does the same.
+     `c:handle_disconnect/2` gets `reason`. Messages from the peer that arrive after the one
+     the handler stopped on (in the same datagram or later) are dropped, not delivered.
+     `RakNet.Connection.close(conn, reason)` from any process closes the same way.
   4. **Disconnected** (the peer left, a timeout, a close, the server stopping):
      `c:handle_disconnect/2` runs once with the reason (`:peer_closed`, `:timeout`,
      `:shutdown`, `:overloaded`, the reason given to `close/2`, ... as listed in

@@ -132,8 +132,13 @@ defmodule RakNet.HandlerTest do
     ref = monitor!(pid)
     {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "one">>)
     {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop now">>)
+    # What the peer sends after the message the handler stopped on is not delivered (a
+    # failed login's followers, say): the count stays 1, and no echo of a second message.
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "two">>)
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "three">>)
 
     assert_receive {:disconnected, ^pid, {:asked, "now"}, 1}, 5_000
+    refute_received {:raknet, ^conn, 0x86, "2", _}
     assert_receive {:DOWN, ^ref, :process, ^pid, {:shutdown, {:asked, "now"}}}, 5_000
     # The peer is told: a disconnection notification, not a timeout.
     assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
