@@ -26,7 +26,8 @@ defmodule RakNet.Connection do
   Either way the message is queued on the runtime's thread and `send/3` returns at once.
 
   Errors: `{:error, :closed}` (the connection ended, or the process is gone), `:too_large`
-  (over 32 MiB), `:over_budget` (64 MiB queued or unacknowledged), `:bad_reliability`,
+  (over 32 MiB, or over the 16,384 fragments a peer reassembles: about 22 MiB at MTU 1492),
+  `:over_budget` (64 MiB queued or unacknowledged), `:bad_reliability`,
   `:bad_channel` (not 0..31), `:bad_priority`, `:empty`, `:not_binary`.
 
   ## Lifecycle

@@ -9,8 +9,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Most fragments one split message may have. A peer that announces more is
-    /// disconnected with [`crate::DisconnectReason::LimitExceeded`]. Default 16 384
-    /// (over 23 MB at MTU 1492; Bedrock resource packs reach several MB).
+    /// disconnected with [`crate::DisconnectReason::LimitExceeded`], and a send that would
+    /// need more is refused with [`crate::SendError::TooLarge`] (the peer is assumed to take
+    /// as many as we do). Default 16 384 (about 22 MiB at MTU 1492; Bedrock resource packs
+    /// reach several MB).
     pub max_split_parts: u32,
     /// Most split messages being reassembled at once per connection. Fragments of further
     /// messages are refused (their datagram is not acknowledged, so the sender retries).

@@ -80,7 +80,8 @@ pub enum SendError {
     Closed,
     /// The connection's handshake has not completed.
     NotConnected,
-    /// The message is larger than [`crate::Limits::max_message_bytes`].
+    /// The message is larger than [`crate::Limits::max_message_bytes`], or would need more
+    /// fragments than [`crate::Limits::max_split_parts`] at the connection's MTU.
     TooLarge,
     /// Queued and unacknowledged bytes would exceed [`crate::Limits::max_send_queue_bytes`].
     QueueFull,
@@ -95,7 +96,7 @@ impl fmt::Display for SendError {
         f.write_str(match self {
             Self::Closed => "connection closed",
             Self::NotConnected => "connection not yet established",
-            Self::TooLarge => "message larger than the configured maximum",
+            Self::TooLarge => "message larger than the configured maximum (bytes or fragments)",
             Self::QueueFull => "send queue full",
             Self::InvalidChannel => "ordering channel must be below 32",
             Self::Empty => "empty message",

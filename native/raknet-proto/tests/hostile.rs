@@ -377,6 +377,40 @@ fn repeated_connection_requests_are_not_answered_again() {
 }
 
 #[test]
+/// A message needing more fragments than a peer reassembles (`max_split_parts`, the same on
+/// both sides by default) used to be queued, and the peer closed on its first fragment as a
+/// violation: at MTU 1492 anything over about 22 MiB killed the connection, although the
+/// byte limit is 32 MiB. The send is refused instead.
+#[test]
+fn a_message_of_more_fragments_than_the_peer_takes_is_refused() {
+    let cfg = EndpointConfig {
+        limits: Limits {
+            max_split_parts: 10,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(6, cfg.clone(), cfg, LinkConfig::default());
+    let (c, _) = p.connect();
+    let fragment = raknet_proto::max_unsplit_payload(p.client.mtu(c).unwrap());
+    let opts = SendOptions::new(Reliability::ReliableOrdered);
+    let fits = Bytes::from(vec![0x86; 10 * fragment]);
+    assert_eq!(p.client.send(p.now, c, fits, opts), Ok(None));
+    let over = Bytes::from(vec![0x86; 10 * fragment + 1]);
+    assert_eq!(
+        p.client.send(p.now, c, over, opts),
+        Err(SendError::TooLarge)
+    );
+    // The one that fits arrives whole, and the connection stays up.
+    assert!(p.drive_until(Duration::from_secs(2), |p| {
+        p.server_events
+            .iter()
+            .any(|e| matches!(e, Event::Message { payload, .. } if payload.len() == 10 * fragment))
+    }));
+    assert!(p.client.is_connected(c));
+}
+
+#[test]
 fn send_queue_budget_refuses_with_queue_full() {
     let limits = Limits {
         max_send_queue_bytes: 10_000,
