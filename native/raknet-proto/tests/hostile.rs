@@ -376,7 +376,6 @@ fn repeated_connection_requests_are_not_answered_again() {
     }
 }
 
-#[test]
 /// A message needing more fragments than a peer reassembles (`max_split_parts`, the same on
 /// both sides by default) used to be queued, and the peer closed on its first fragment as a
 /// violation: at MTU 1492 anything over about 22 MiB killed the connection, although the
