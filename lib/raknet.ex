@@ -179,9 +179,10 @@ defmodule RakNet do
   @doc """
   Sends `message` to many connections (pids or handles) with one call: the binary is copied
   once and shared by every recipient's queue, and each endpoint thread is woken once.
-  Connections that have closed, or are over their send budget, are skipped. Returns
+  Connections that have closed, are over their send budget, or would need more fragments
+  than their peer reassembles (see `RakNet.Connection.send/4`), are skipped. Returns
   `{:ok, count}`, the number of connections it was queued for, or `{:error, reason}` for bad
-  arguments (`:bad_reliability` also for the `*_ack_receipt` reliabilities: a receipt belongs
+  arguments (`:too_large` over 32 MiB, `:bad_reliability` also for the `*_ack_receipt` reliabilities: a receipt belongs
   to one send). Options as `RakNet.Connection.send/4` (`:channel`, `:priority`).
 
       {:ok, 3} = RakNet.broadcast([player1, player2, player3], :unreliable_sequenced, position)
@@ -191,6 +192,9 @@ defmodule RakNet do
   @spec broadcast([pid() | reference()], atom(), binary(), keyword()) ::
           {:ok, non_neg_integer()} | {:error, atom()}
   def broadcast(connections, reliability, message, opts \\ [])
+
+  # The runtime's limit of one message (Limits::max_message_bytes).
+  @max_message_bytes 32 * 1024 * 1024
 
   def broadcast(_connections, _reliability, message, _opts) when not is_binary(message),
     do: {:error, :not_binary}
@@ -218,6 +222,8 @@ defmodule RakNet do
       not is_atom(reliability) -> {:error, :bad_reliability}
       not is_integer(channel) -> {:error, :bad_channel}
       not is_atom(priority) -> {:error, :bad_priority}
+      # Too large for any connection: an error, as send/3 says, not {:ok, 0}.
+      byte_size(message) > @max_message_bytes -> {:error, :too_large}
       true -> RakNet.Native.broadcast(handles, reliability, channel, priority, message)
     end
   end

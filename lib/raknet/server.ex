@@ -54,7 +54,15 @@ defmodule RakNet.Server do
   def start_link(client_module, port, opts \\ []) do
     config = Config.new(client_module, port, opts)
     RakNet.Handler.spec!(client_module)
-    Supervisor.start_link(__MODULE__, config)
+
+    case Supervisor.start_link(__MODULE__, config) do
+      # The listener opens the sockets: its reason is the socket's, as documented.
+      {:error, {:shutdown, {:failed_to_start_child, RakNet.Server.Listener, reason}}} ->
+        {:error, reason}
+
+      other ->
+        other
+    end
   end
 
   @typedoc """

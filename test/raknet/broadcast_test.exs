@@ -72,6 +72,8 @@ defmodule RakNet.BroadcastTest do
              {:error, :bad_priority}
 
     assert RakNet.broadcast([pid_a], :reliable, <<>>) == {:error, :empty}
+    too_large = :binary.copy(<<0x86>>, 32 * 1024 * 1024 + 1)
+    assert RakNet.broadcast([pid_a], :reliable, too_large) == {:error, :too_large}
     assert RakNet.broadcast([pid_a], :reliable, 'x') == {:error, :not_binary}
     assert RakNet.broadcast([], :reliable, <<0x86>>) == {:ok, 0}
   end

@@ -99,6 +99,17 @@ defmodule RakNet.ServerTest do
     end
   end
 
+  test "start_link returns the socket's error when the port is taken" do
+    {:ok, holder} = :gen_udp.open(0, ip: {127, 0, 0, 1})
+    {:ok, port} = :inet.port(holder)
+    Process.flag(:trap_exit, true)
+
+    assert RakNet.Server.start_link(EchoClient, port, ip: {127, 0, 0, 1}, open_ipv6_socket: false) ==
+             {:error, :eaddrinuse}
+
+    :gen_udp.close(holder)
+  end
+
   test "every reliability is delivered" do
     {_server, %{ipv4_port: port}} = start_server()
     {conn, _} = connect(port)
