@@ -66,7 +66,9 @@ defmodule RakNet do
       and `{:raknet_disconnect, conn, reason}` itself; the result is `{:ok, conn}`, a handle
       that every `RakNet.Connection` function takes (keeping up with its mailbox is then the
       caller's job: no delivery budget applies);
-    * `:timeout` - ms to wait for the handshake (default 10 000);
+    * `:timeout` - ms to wait for the handshake at most (default 10 000). A server that
+      never answers fails the handshake sooner, after 6 s (4 attempts at each of 3 MTU
+      sizes, 500 ms apart), with `{:error, :timeout}` too;
     * `:congestion_control` - `:reno` (default, as official RakNet) or `:bbr`, how fast this
       side sends (see the server option of the same name): `:bbr` keeps bulk transfers fast
       over paths with random loss.

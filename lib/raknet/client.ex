@@ -47,7 +47,8 @@ defprotocol RakNet.Client do
      ignored.
   4. **The connection ends**: the peer closed it, it timed out (`:client_timeout_ms`), your
      code closed it (`RakNet.Connection.close/1`), or the server stopped. `disconnect(client)`
-     is called once, and the process stops normally. The return value is ignored.
+     is called once, and the process exits with `{:shutdown, reason}` (processes linked to it
+     in `new/3` end with it). The return value is ignored.
 
   A crash (raise, throw or exit) in a callback takes down only that connection's process: the
   connection is closed (the peer gets a disconnection notification), `disconnect/1` is not

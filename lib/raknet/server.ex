@@ -287,7 +287,9 @@ defmodule RakNet.Server do
   disconnection notification after what was already queued for it, the server waits up to
   `timeout` ms (default 3 s) for their acknowledgements, and every connection's
   `RakNet.Client.disconnect/1` runs. A server under your own supervisor stops with it the same
-  way (with the default wait).
+  way (with the default wait). This function is for a server you started with `start_link/3`
+  yourself: a supervisor restarts a (permanent) child that stops, so to stop one for good,
+  use `Supervisor.terminate_child/2` on its supervisor (that waits as the default does).
 
       :ok = RakNet.Server.stop(server, 10_000)
   """
@@ -363,6 +365,7 @@ defmodule RakNet.Server.Listener do
   def init({%Config{} = config, supervisor}) do
     Process.flag(:trap_exit, true)
     warn_ignored(config)
+    warn_open_ipv6(config)
     warn_pong_size(config, config.offline_ping_response)
 
     families =
@@ -415,6 +418,17 @@ defmodule RakNet.Server.Listener do
       )
     end
   end
+
+  # :ip restricts the IPv4 socket only; say so when the IPv6 socket still takes everything.
+  defp warn_open_ipv6(%Config{ipv6_unrestricted: true, ip: ip} = config) do
+    Logger.warning(
+      "raknet: :ip #{:inet.ntoa(ip)} restricts the IPv4 socket only; the IPv6 socket " <>
+        "listens on every interface ([::]); set :ipv6_ip, or open_ipv6_socket: false",
+      raknet_port: config.port
+    )
+  end
+
+  defp warn_open_ipv6(_config), do: :ok
 
   # X-Plane options that have no meaning here: said once, when the server starts.
   defp warn_ignored(%Config{ignored_options: ignored, port: port}) do

@@ -99,6 +99,27 @@ defmodule RakNet.ServerTest do
     end
   end
 
+  test "a loopback :ip keeps the IPv6 socket on loopback too, unless :ipv6_ip says otherwise" do
+    for {opts, ipv6} <- [
+          {[ip: "127.0.0.1"], {0, 0, 0, 0, 0, 0, 0, 1}},
+          {[ip: {127, 0, 0, 1}, ipv6_ip: "::"], {0, 0, 0, 0, 0, 0, 0, 0}}
+        ] do
+      server =
+        start_supervised!(%{RakNet.Server.child_spec([EchoClient, 0 | opts]) | id: make_ref()})
+
+      addresses = Enum.map(RakNet.Server.info(server).endpoints, &elem(&1.address, 0))
+      assert Enum.sort(addresses) == Enum.sort([{127, 0, 0, 1}, ipv6]), inspect(opts)
+    end
+
+    # Another :ip without :ipv6_ip: the server warns at start (the IPv6 socket is open to all).
+    config = &RakNet.Server.Config.new(EchoClient, 0, &1)
+    assert config.(ip: {192, 0, 2, 1}).ipv6_unrestricted
+    refute config.(ip: {192, 0, 2, 1}, ipv6_ip: "::").ipv6_unrestricted
+    refute config.(ip: {192, 0, 2, 1}, open_ipv6_socket: false).ipv6_unrestricted
+    refute config.(ip: "127.0.0.1").ipv6_unrestricted
+    refute config.([]).ipv6_unrestricted
+  end
+
   test "start_link returns the socket's error when the port is taken" do
     {:ok, holder} = :gen_udp.open(0, ip: {127, 0, 0, 1})
     {:ok, port} = :inet.port(holder)

@@ -23,8 +23,12 @@ defmodule RakNet.Server.Config do
       restrict where the server listens (see `:ip`). Default `nil`: the bound address.
     * `:ip` - the IPv4 address the IPv4 socket binds, a tuple or a string (the name
       `:gen_udp`, ranch and thousand_island use). Default `{0, 0, 0, 0}`: every interface.
+      It restricts the IPv4 socket only: with a loopback `:ip` and no `:ipv6_ip`, the IPv6
+      socket binds `::1` (a server kept to this machine stays so); with another address and
+      no `:ipv6_ip`, the server warns at start that its IPv6 socket listens on every
+      interface.
     * `:ipv6_ip` - the IPv6 address the IPv6 socket binds. Default `{0, 0, 0, 0, 0, 0, 0, 0}`:
-      every interface.
+      every interface (`{0, 0, 0, 0, 0, 0, 0, 1}` with a loopback `:ip`, see above).
     * `:open_ipv4_socket` - open the IPv4 socket. Default `true`.
     * `:open_ipv6_socket` - open a separate, IPv6-only socket. Default `true` unless the
       `SEPARATE_IPV6_PORT` environment variable is `"false"` (X-Plane's rule).
@@ -111,9 +115,9 @@ defmodule RakNet.Server.Config do
       RakNet's loss-based sliding window: every lost datagram halves (0.7x) its window, so on
       a lossy path throughput collapses (a 16 MiB message at 20 ms RTT: 40 MB/s without loss,
       1.0 MB/s at 1 % loss, 0.4 MB/s at 5 %). `:bbr` paces at the measured bottleneck
-      bandwidth and ignores random loss (43 / 40 / 31 MB/s), reacting only to heavy,
-      persistent loss; it is not yet fair between flows sharing a bottleneck. Only the
-      sender's choice matters (peers need nothing). Default `:reno`.
+      bandwidth and ignores random loss (79 / 68 / 62 MB/s in the same simulation), while
+      still sharing a bottleneck fairly with other flows (`make bench`, README Performance).
+      Only the sender's choice matters (peers need nothing). Default `:reno`.
     * `:endpoint_threads` - how many threads serve each socket's port: that many UDP sockets
       bound to the port with `SO_REUSEPORT`, each read by its own thread with its own
       protocol engine. The kernel picks the socket by a hash of the client's address and
@@ -214,7 +218,9 @@ defmodule RakNet.Server.Config do
             endpoint_threads: nil,
             batch_delivery: true,
             inline_sends: true,
-            ignored_options: []
+            ignored_options: [],
+            # :ip given (not loopback) without :ipv6_ip: the IPv6 socket takes every interface.
+            ipv6_unrestricted: false
 
   @typedoc "A validated configuration."
   @type t :: %__MODULE__{}
@@ -266,13 +272,31 @@ defmodule RakNet.Server.Config do
     |> Keyword.drop(@ignored)
     |> Enum.reduce(defaults, fn {key, value}, config ->
       unless Map.has_key?(defaults, key) and
-               key not in [:client_module, :port, :ignored_options] do
+               key not in [:client_module, :port, :ignored_options, :ipv6_unrestricted] do
         raise ArgumentError, "unknown option #{inspect(key)} for RakNet.Server"
       end
 
       Map.put(config, key, validate(key, value))
     end)
     |> check_relations()
+    |> loopback_ipv6(opts)
+  end
+
+  # A loopback :ip without :ipv6_ip keeps the IPv6 socket on loopback too.
+  defp loopback_ipv6(%{ip: {127, _, _, _}} = config, opts) do
+    if Keyword.has_key?(opts, :ipv6_ip),
+      do: config,
+      else: %{config | ipv6_ip: {0, 0, 0, 0, 0, 0, 0, 1}}
+  end
+
+  defp loopback_ipv6(config, opts) do
+    restricted = Keyword.has_key?(opts, :ip) and config.ip != {0, 0, 0, 0}
+
+    %{
+      config
+      | ipv6_unrestricted:
+          restricted and config.open_ipv6_socket and not Keyword.has_key?(opts, :ipv6_ip)
+    }
   end
 
   # Integer options with a lower bound, and the unit their error message names.
