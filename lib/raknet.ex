@@ -151,11 +151,34 @@ defmodule RakNet do
         {:raknet_connected, ^conn, _info} -> {:ok, conn}
         {:raknet_connect_failed, ^conn, reason} -> {:error, reason}
       after
-        timeout ->
-          RakNet.Native.conn_close(conn)
-          {:error, :timeout}
+        timeout -> abandon(conn)
       end
     end
+  end
+
+  # A connect that timed out: the close's own {:raknet_connect_failed, ...} (and any late
+  # {:raknet_connected, ...}) goes to a process that drops it, not to the caller's mailbox.
+  defp abandon(conn) do
+    sink =
+      spawn(fn ->
+        receive do
+          {:raknet_connect_failed, ^conn, _} -> :ok
+          {:raknet_disconnect, ^conn, _} -> :ok
+        after
+          30_000 -> :ok
+        end
+      end)
+
+    _ = RakNet.Native.conn_set_owner(conn, sink)
+    RakNet.Native.conn_close(conn)
+
+    receive do
+      {:raknet_connected, ^conn, _} -> :ok
+    after
+      0 -> :ok
+    end
+
+    {:error, :timeout}
   end
 
   defp connect_client({endpoint, native}, address, port, module, data, timeout) do

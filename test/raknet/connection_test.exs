@@ -178,6 +178,16 @@ defmodule RakNet.ConnectionTest do
       assert_receive {:greeter_disconnect, ^client}, 5_000
     end
 
+    test "a raw connect that times out leaves nothing in the caller's mailbox" do
+      {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1}, active: false)
+      {:ok, port} = :inet.port(silent)
+      assert RakNet.connect("127.0.0.1", port, timeout: 300) == {:error, :timeout}
+      # The abandoned handshake's close is confirmed within about a second; the notice goes
+      # elsewhere (it used to reach the caller as an unexpected message).
+      refute_receive {:raknet_connect_failed, _, _}, 2_500
+      refute_received {:raknet_disconnect, _, _}
+    end
+
     test "a connect timeout leaves no process behind" do
       {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1}, active: false)
       {:ok, port} = :inet.port(silent)
