@@ -178,7 +178,9 @@ pub struct EndpointStats {
     pub amplification_limited: u64,
     /// OCR1 smaller than `min_mtu` (unpadded), not answered.
     pub ocr1_too_small: u64,
-    /// Pings, OCR1 and OCR2 ignored because this endpoint accepts no one (a client).
+    /// Offline messages not answered for what they are: pings, OCR1 and OCR2 to an endpoint
+    /// that accepts no one (a client), "only if open" pings to a full server, and replies
+    /// (Reply1/2, refusals) that no handshake of ours asked for.
     pub offline_ignored: u64,
     /// Pings not answered: the source IP exceeded `pongs_per_ip_per_sec`.
     pub pongs_rate_limited: u64,
@@ -712,7 +714,7 @@ impl Endpoint {
                 }
             }
             OfflineMessage::OpenConnectionRequest2(req) => self.on_ocr2(now_ms, from, req, len),
-            _ => {}
+            _ => self.stats.offline_ignored += 1,
         }
     }
 
@@ -807,6 +809,7 @@ impl Endpoint {
 
     fn on_ping(&mut self, now_ms: u64, from: SocketAddr, ping: UnconnectedPing, len: usize) {
         if ping.only_if_open && !self.has_free_slot() {
+            self.stats.offline_ignored += 1;
             return;
         }
         let pong = UnconnectedPong {

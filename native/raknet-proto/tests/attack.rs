@@ -583,6 +583,51 @@ fn a_single_repeated_0x09_gets_its_0x10_only_within_the_budget() {
     assert!(ep.stats().amplification_limited > 0);
 }
 
+/// Offline messages a server does not answer are counted, not silently dropped: a refusal or
+/// a Reply2 that no handshake of ours asked for (a reflection aimed at us), and an "only if
+/// open" ping to a full server.
+#[test]
+fn unanswered_offline_messages_are_counted() {
+    let (mut ep, now, addr) = server(EndpointConfig {
+        limits: Limits {
+            max_connections: 1,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    });
+    let stranger = spoofed(3);
+    ep.handle(
+        now,
+        stranger,
+        NoFreeIncomingConnections { server_guid: 1 }.to_vec().into(),
+    );
+    let reply2 = OpenConnectionReply2 {
+        server_guid: 1,
+        client_address: addr,
+        mtu: 1400,
+        security_answer: None,
+    };
+    ep.handle(now, stranger, reply2.to_vec().into());
+    assert_eq!(ep.stats().offline_ignored, 2);
+    // Full (one real client in), an "only if open" ping gets no pong and is counted.
+    let player = SocketAddr::from(([10, 1, 1, 1], 20_000));
+    let mut clock = now;
+    let limit = Duration::from_millis(500);
+    assert_eq!(
+        real_client(&mut ep, addr, player, 11, &mut clock, limit),
+        Ok(())
+    );
+    drain(&mut ep, clock);
+    let ping = UnconnectedPing {
+        only_if_open: true,
+        time: 1,
+        client_guid: Some(7),
+    };
+    ep.handle(clock, stranger, ping.to_vec().into());
+    assert!(drain(&mut ep, clock).is_empty());
+    assert_eq!(ep.stats().offline_ignored, 3);
+}
+
 #[test]
 fn pongs_are_limited_per_source_and_globally() {
     let (mut ep, mut now, _) = server(EndpointConfig::default());
