@@ -245,7 +245,7 @@ defmodule RakNet do
 
     cond do
       not is_atom(reliability) -> {:error, :bad_reliability}
-      not is_integer(channel) -> {:error, :bad_channel}
+      not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
       not is_atom(priority) -> {:error, :bad_priority}
       # Too large for any connection: an error, as send/3 says, not {:ok, 0}.
       byte_size(message) > @max_message_bytes -> {:error, :too_large}

@@ -122,7 +122,7 @@ defmodule RakNet.Connection do
 
     cond do
       not is_atom(reliability) -> {:error, :bad_reliability}
-      not is_integer(channel) -> {:error, :bad_channel}
+      not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
       not is_atom(priority) -> {:error, :bad_priority}
       true -> Native.conn_send(conn, reliability, channel, priority, message)
     end

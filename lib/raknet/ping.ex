@@ -57,13 +57,14 @@ defmodule RakNet.Ping do
   @doc """
   Pings `host:port` and waits for the pong.
 
-  `host` is a name or an address (`"127.0.0.1"`, `"::1"`, `"localhost"`). Options:
+  `host` is a name, an address string (`"127.0.0.1"`, `"::1"`, `"localhost"`) or an address
+  tuple (`{127, 0, 0, 1}`). Options:
   `:timeout` in ms (default 3000).
 
   Returns `{:ok, pong}`, `{:error, :timeout}` when nothing answers, or `{:error, reason}` when
   the host does not resolve or no socket can be opened.
   """
-  @spec ping(String.t() | charlist(), :inet.port_number(), keyword()) ::
+  @spec ping(String.t() | charlist() | :inet.ip_address(), :inet.port_number(), keyword()) ::
           {:ok, pong()} | {:error, term()}
   def ping(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
     timeout = Keyword.get(opts, :timeout, 3000)
@@ -103,6 +104,8 @@ defmodule RakNet.Ping do
   end
 
   def parse_motd(_data), do: nil
+
+  defp resolve(ip) when is_tuple(ip), do: {:ok, ip}
 
   defp resolve(host) do
     host = to_charlist(host)

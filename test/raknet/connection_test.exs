@@ -39,6 +39,13 @@ defmodule RakNet.ConnectionTest do
       assert Connection.send(server_side, :reliable, <<0x86>>, channel: "1") ==
                {:error, :bad_channel}
 
+      # An integer too large for the runtime is :bad_channel too, not an ArgumentError.
+      assert Connection.send(server_side, :reliable, <<0x86>>, channel: Integer.pow(2, 70)) ==
+               {:error, :bad_channel}
+
+      assert RakNet.broadcast([server_side], :reliable, <<0x86>>, channel: -1) ==
+               {:error, :bad_channel}
+
       assert Connection.send(server_side, :reliable, <<0x86>>, priority: "high") ==
                {:error, :bad_priority}
 

@@ -43,6 +43,8 @@ defmodule RakNet.PingTest do
 
     assert {:ok, %{address: {{127, 0, 0, 1}, ^port}}} = RakNet.Ping.ping("127.0.0.1", port)
     assert {:ok, %{address: {{0, 0, 0, 0, 0, 0, 0, 1}, ^port}}} = RakNet.Ping.ping("::1", port)
+    # An address tuple works as RakNet.connect/3 takes it.
+    assert {:ok, %{address: {{127, 0, 0, 1}, ^port}}} = RakNet.Ping.ping({127, 0, 0, 1}, port)
   end
 
   # The kernel's preferred source for loopback is 127.0.0.1: an answer to a ping sent to
@@ -119,6 +121,13 @@ defmodule RakNet.PingTest do
     Mix.Tasks.Raknet.Ping.run(["127.0.0.1", Integer.to_string(port)])
     assert_received {:mix_shell, :info, ["pong from 127.0.0.1:" <> _]}
     assert_received {:mix_shell, :info, ["  players_online 2"]}
+
+    # A bad port is a usage error, not a stack trace.
+    for bad <- ["notaport", "70000", "0"] do
+      assert_raise Mix.Error, ~r/usage: mix raknet.ping/, fn ->
+        Mix.Tasks.Raknet.Ping.run(["127.0.0.1", bad])
+      end
+    end
 
     {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})
     {:ok, silent_port} = :inet.port(silent)

@@ -14,15 +14,14 @@ defmodule Mix.Tasks.Raknet.Ping do
   def run(argv) do
     {opts, args, _} = OptionParser.parse(argv, strict: [timeout: :integer])
 
-    case args do
-      [host, port] ->
-        # The ping goes through the :raknet application's client endpoint: start it (and
-        # compile first), as `mix run` would.
-        Mix.Task.run("app.start")
-        ping(host, String.to_integer(port), opts)
-
-      _ ->
-        Mix.raise("usage: mix raknet.ping HOST PORT [--timeout MS]")
+    with [host, port] <- args,
+         {port, ""} when port in 1..65_535 <- Integer.parse(port) do
+      # The ping goes through the :raknet application's client endpoint: start it (and
+      # compile first), as `mix run` would.
+      Mix.Task.run("app.start")
+      ping(host, port, opts)
+    else
+      _ -> Mix.raise("usage: mix raknet.ping HOST PORT [--timeout MS] (PORT in 1..65535)")
     end
   end
 
@@ -30,7 +29,7 @@ defmodule Mix.Tasks.Raknet.Ping do
     case RakNet.Ping.ping(host, port, opts) do
       {:ok, pong} ->
         {ip, p} = pong.address
-        Mix.shell().info("pong from #{:inet.ntoa(ip)}:#{p} in #{format_rtt(pong.rtt_us)}")
+        Mix.shell().info("pong from #{address(ip)}:#{p} in #{format_rtt(pong.rtt_us)}")
         Mix.shell().info("  guid #{pong.guid}")
         print_payload(pong)
 
@@ -56,4 +55,7 @@ defmodule Mix.Tasks.Raknet.Ping do
 
   defp format_rtt(us) when us < 1000, do: "#{us} µs"
   defp format_rtt(us), do: "#{Float.round(us / 1000, 2)} ms"
+
+  defp address({_, _, _, _, _, _, _, _} = ip), do: "[#{:inet.ntoa(ip)}]"
+  defp address(ip), do: :inet.ntoa(ip)
 end
