@@ -1108,7 +1108,14 @@ impl Driver {
                 };
                 slot.res.closed.store(true, Ordering::Relaxed);
                 if let Some(server) = slot.server.take() {
-                    self.draining.push((conn, server));
+                    // Given back before the owner hears of the end, so that a connect made on
+                    // that news may use this socket again; a connection the engine still
+                    // holds (draining) gives it back once forgotten.
+                    if self.endpoint.conn_by_addr(server) == Some(conn) {
+                        self.draining.push((conn, server));
+                    } else {
+                        self.me.release_server(server);
+                    }
                 }
                 let res = slot.res.clone();
                 if slot.reported {
