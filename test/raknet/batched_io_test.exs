@@ -110,9 +110,10 @@ defmodule RakNet.BatchedIoTest do
       # Reading until the kernel says "nothing more" took a second call per wake-up: two
       # calls per datagram here (222 for 111), every run. A batch call that came back short
       # already said so: 112-121 calls in quiet and loaded runs. A readiness event that
-      # arrives after its datagram was read still costs a call that finds nothing (once 175
-      # in a full `make test`); the bound leaves room for those.
-      assert stats.udp_recv_calls < stats.udp_datagrams_in * 1.75,
+      # arrives after its datagram was read still costs a call that finds nothing (175, and
+      # once 198 for 111, in full `make test` runs after the faults tests); the bound leaves
+      # room for those and still fails the old two calls per datagram.
+      assert stats.udp_recv_calls < stats.udp_datagrams_in * 1.9,
              "#{stats.udp_recv_calls} receive calls for #{stats.udp_datagrams_in} datagrams"
 
       Connection.close(conn)

@@ -740,6 +740,7 @@ impl Driver {
                     ("offline_queue_full", s.offline_queue_full),
                     ("buffered_bytes", s.buffered_bytes as u64),
                     ("half_open", s.half_open as u64),
+                    ("half_open_reserved", s.half_open_reserved as u64),
                     ("half_open_evicted", s.half_open_evicted),
                     ("half_open_per_ip_full", s.half_open_per_ip_full),
                     ("refused_ip_connections", s.refused_ip_connections),

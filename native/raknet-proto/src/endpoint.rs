@@ -156,6 +156,9 @@ pub struct EndpointStats {
     pub banned: u64,
     /// Handshakes between OCR2 and 0x13 held now (records, not connections).
     pub half_open: usize,
+    /// Of those, the ones holding a connection slot (told "accepted", their 0x13 awaited):
+    /// slots taken that the application sees no connection for yet.
+    pub half_open_reserved: usize,
     /// Half-open handshakes forgotten to make room for newer ones.
     pub half_open_evicted: u64,
     /// OCR2s from an IP with `max_half_open_per_ip` handshakes of their kind under way:
@@ -411,6 +414,7 @@ impl Endpoint {
             connections: self.live,
             buffered_bytes: self.buffered.load(std::sync::atomic::Ordering::Relaxed),
             half_open: self.handshake.half_open(),
+            half_open_reserved: self.handshake.reserved(),
             ..self.stats
         }
     }

@@ -281,6 +281,11 @@ impl ServerHandshake {
         self.half_open.len()
     }
 
+    /// Of those, the ones holding a connection slot.
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved
+    }
+
     /// Whether `addr` has a live half-open handshake.
     pub(crate) fn is_half_open(&self, addr: SocketAddr) -> bool {
         self.half_open.get(&addr).is_some()

@@ -170,6 +170,8 @@ impl Net {
         self.delivered[a] = Some(3);
         self.run(Duration::from_millis(100));
         assert_eq!(self.servers[0].stats().half_open, 1);
+        // The slot is held, and the stats say so: the application sees no connection yet.
+        assert_eq!(self.servers[0].stats().half_open_reserved, 1);
         assert_eq!(self.server_connections(), 0);
         let b = self.connect("127.0.0.1", 40_002, 1);
         self.run(Duration::from_millis(100));
@@ -346,6 +348,7 @@ fn a_handshake_that_never_finishes_gives_its_slot_back() {
     assert!(expiry <= net.now + Duration::from_secs(10));
     net.run(Duration::from_secs(10));
     assert_eq!(net.servers[0].stats().half_open, 0);
+    assert_eq!(net.servers[0].stats().half_open_reserved, 0);
     let c = net.connect("127.0.0.1", 40_003, 1);
     net.run(Duration::from_secs(1));
     assert!(net.connected(c));
