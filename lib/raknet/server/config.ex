@@ -70,13 +70,11 @@ defmodule RakNet.Server.Config do
     * `:handshake_timeout_ms` - how long a handshake may take. Default `10_000`.
     * `:max_half_open` - handshakes in progress (between open-connection-request-2 and
       new-incoming-connection) remembered at once, each in a record of at most 64 bytes, no
-      connection: beyond it the oldest is forgotten. Clients proven by their cookie are
-      counted apart from the others (`use_cookies: false`), each kind up to this limit, so a
-      spoofed flood never pushes out a proven client's handshake. Default `4096`.
-    * `:max_half_open_per_ip` - of those, from one IP address (of each kind: spoofed
-      requests from a player's address cannot use up the share of clients proven by their
-      cookie). Beyond it a new unproven handshake takes the place of that address's
-      oldest. Default `64`.
+      connection: beyond it the oldest is forgotten. With cookies a spoofed request makes no
+      record, so only real clients compete for these. Default `4096`.
+    * `:max_half_open_per_ip` - of those, from one IP address (IPv6: one /64). Beyond it a
+      cookie-proven request waits; with `use_cookies: false` a new handshake takes the place
+      of that address's oldest (spoofed or not, they look the same). Default `64`.
     * `:max_connections_per_ip` - connections one IP address may hold (players behind one
       NAT share one); beyond it clients get "no free incoming connections". Default `128`.
     * `:new_connections_per_ip_per_sec` - handshakes one IP address may start per second

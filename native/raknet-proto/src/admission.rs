@@ -140,8 +140,9 @@ pub fn ip_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Per-IP token buckets (IPv6 by /64, see [`ip_key`]), at most `cap` IPs remembered (an evicted IP starts afresh with a
-/// full bucket: eviction forgives, so the global budgets stay the backstop).
+/// Per-IP token buckets (IPv6 by /64, see [`ip_key`]), at most `cap` IPs remembered (an
+/// evicted IP starts afresh with a full bucket: eviction forgives, so the global budgets
+/// stay the backstop).
 #[derive(Debug)]
 pub(crate) struct IpRates {
     buckets: BoundedMap<IpAddr, TokenBucket>,

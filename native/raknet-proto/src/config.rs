@@ -106,12 +106,11 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionLimits {
     /// Most handshakes between OCR2 and 0x13 held at once (each a record of at most 64
-    /// bytes, no connection), counted apart for addresses proven by a cookie and the
-    /// others: beyond it the oldest of the same kind is forgotten, so spoofed OCR2s never
-    /// push out a proven handshake. Default 4096 (of each kind).
+    /// bytes, no connection): beyond it the oldest is forgotten. With cookies a spoofed OCR2
+    /// makes no record, so only real clients compete for these. Default 4096.
     pub max_half_open: usize,
-    /// Most of those from one IP, of each kind (proven by a cookie, or not). Beyond it a
-    /// proven OCR2 is dropped until one completes or expires; an unproven one takes the
+    /// Most of those from one IP (IPv6: from one /64). Beyond it an OCR2 proven by its
+    /// cookie is dropped until one completes or expires; without cookies one takes the
     /// place of that IP's oldest unproven handshake (spoofed or not, they look the same), so
     /// without cookies spoofing a player's IP keeps that player out only at a full share per
     /// round trip of the player. Default 64.
@@ -195,7 +194,7 @@ pub struct EndpointConfig {
     /// endpoint that faces the internet must get a random seed and secret (the NIF draws both
     /// from the operating system's randomness for every endpoint). Default `0`.
     pub secret: u64,
-    /// This endpoint's GUID. `None` draws one from the seeded RNG. Default `None`.
+    /// This endpoint's GUID. `None` derives one from the seed and the secret. Default `None`.
     pub guid: Option<u64>,
     /// RakNet protocol versions accepted from clients; the first is the one clients send
     /// and the one named in 0x19 refusals. Default `[11, 10, 6]`.

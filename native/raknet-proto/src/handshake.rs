@@ -151,84 +151,17 @@ pub(crate) enum Step {
     Establish(Accepted),
 }
 
-/// Half-open records, those of addresses that proved themselves with a cookie apart from the
-/// others, each kind capped at `max_half_open` and evicting its own oldest first. Spoofed
-/// sources can only make unproven records, and only on a server without cookies (with them
-/// a bare OCR2 makes none): a flood of them pushes out other unproven handshakes, which look
-/// the same until their 0x13, never a proven one.
-#[derive(Debug)]
-struct HalfOpenTable {
-    proven: BoundedMap<SocketAddr, HalfOpen>,
-    unproven: BoundedMap<SocketAddr, HalfOpen>,
-}
-
-impl HalfOpenTable {
-    fn new(cap: usize) -> Self {
-        Self {
-            proven: BoundedMap::new(cap),
-            unproven: BoundedMap::new(cap),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.proven.len() + self.unproven.len()
-    }
-
-    fn get(&self, addr: &SocketAddr) -> Option<&HalfOpen> {
-        self.proven.get(addr).or_else(|| self.unproven.get(addr))
-    }
-
-    fn get_mut(&mut self, addr: &SocketAddr) -> Option<&mut HalfOpen> {
-        match self.proven.get_mut(addr) {
-            Some(h) => Some(h),
-            None => self.unproven.get_mut(addr),
-        }
-    }
-
-    fn remove(&mut self, addr: &SocketAddr) -> Option<HalfOpen> {
-        self.proven
-            .remove(addr)
-            .or_else(|| self.unproven.remove(addr))
-    }
-
-    /// Insert a record of an address that has none; returns the records evicted for room.
-    fn insert(&mut self, addr: SocketAddr, h: HalfOpen) -> Vec<(SocketAddr, HalfOpen)> {
-        if h.validated {
-            self.proven.insert(addr, h)
-        } else {
-            self.unproven.insert(addr, h)
-        }
-    }
-
-    /// The record created first (each table is in creation order).
-    fn oldest(&mut self) -> Option<(SocketAddr, HalfOpen)> {
-        let proven = self.proven.oldest().map(|(a, h)| (a, *h));
-        let unproven = self.unproven.oldest().map(|(a, h)| (a, *h));
-        match (proven, unproven) {
-            (Some(p), Some(u)) => Some(if p.1.created_ms <= u.1.created_ms {
-                p
-            } else {
-                u
-            }),
-            (p, u) => p.or(u),
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&SocketAddr, &HalfOpen)> {
-        self.proven.iter().chain(self.unproven.iter())
-    }
-}
-
 /// The server's handshake state: keys, half-open records, remembered OCR1s.
 #[derive(Debug)]
 pub(crate) struct ServerHandshake {
     cookie_key: (u64, u64),
     offset_key: (u64, u64),
-    half_open: HalfOpenTable,
-    /// The addresses of each IP's records, oldest first, proven (`true`) and unproven apart:
-    /// spoofed OCR2s from a player's IP (a NAT many players share) use up only its unproven
-    /// share, and a new unproven handshake of a full IP pushes out that IP's oldest.
-    per_ip: HashMap<(IpAddr, bool), VecDeque<SocketAddr>>,
+    /// Capped at `max_half_open`, the oldest forgotten first. With cookies every record is
+    /// proven and spoofed sources make none; without, every record is unproven.
+    half_open: BoundedMap<SocketAddr, HalfOpen>,
+    /// The addresses of each IP's records (IPv6 by /64, see [`ip_key`]), oldest first: a new
+    /// unproven handshake of a full IP pushes out that IP's oldest.
+    per_ip: HashMap<IpAddr, VecDeque<SocketAddr>>,
     guids: HashMap<u64, SocketAddr>,
     ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
     /// Where the slots of reserved records come from and go back to.
@@ -267,7 +200,7 @@ impl ServerHandshake {
         Self {
             cookie_key: (key(b"cookie key 0"), key(b"cookie key 1")),
             offset_key: (key(b"offset key 0"), key(b"offset key 1")),
-            half_open: HalfOpenTable::new(cap),
+            half_open: BoundedMap::new(cap),
             per_ip: HashMap::new(),
             guids: HashMap::new(),
             ocr1: BoundedMap::new(cap),
@@ -464,7 +397,7 @@ impl ServerHandshake {
         if let Some(refused) = refusal(stats, validated) {
             return within_amplification(config, len, refused.len()).then_some(refused);
         }
-        let ip = (ip_key(from.ip()), validated);
+        let ip = ip_key(from.ip());
         let of_ip = self.per_ip.get(&ip).map_or(0, VecDeque::len);
         if of_ip >= config.admission.max_half_open_per_ip {
             stats.half_open_per_ip_full += 1;
@@ -525,7 +458,7 @@ impl ServerHandshake {
             self.reserved -= 1;
             self.group.release(addr.ip());
         }
-        let ip = (ip_key(addr.ip()), h.validated);
+        let ip = ip_key(addr.ip());
         if let Some(addrs) = self.per_ip.get_mut(&ip) {
             // At most `max_half_open_per_ip` to look through.
             if let Some(i) = addrs.iter().position(|a| *a == addr) {
@@ -580,6 +513,7 @@ impl ServerHandshake {
             if h.created_ms.saturating_add(ttl) > now_ms {
                 break;
             }
+            let h = *h;
             self.half_open.remove(&addr);
             self.forget(addr, &h);
         }
