@@ -379,13 +379,11 @@ fn release_held() {
     HELD.with(|h| h.borrow_mut().clear());
 }
 
-async fn bind_pool(n: usize, first_octet3: Option<u8>) -> Result<Vec<Rc<UdpSocket>>, String> {
+/// `n` sockets, the `i`th bound to `ip(i)` on a free port, held until the row ends.
+async fn bind_pool(n: usize, ip: impl Fn(usize) -> Ipv4Addr) -> Result<Vec<Rc<UdpSocket>>, String> {
     let mut pool = Vec::with_capacity(n);
     for i in 0..n {
-        let ip = match first_octet3 {
-            Some(o) => Ipv4Addr::new(127, 2, o, (i % 250 + 1) as u8),
-            None => source_ip(i),
-        };
+        let ip = ip(i);
         let s = UdpSocket::bind((ip, 0))
             .await
             .map_err(|e| format!("bind {ip}: {e} (raise `ulimit -n`?)"))?;
@@ -1178,7 +1176,7 @@ struct Ctx {
 
 /// Spoofed OCR2 (no cookie: the attacker never sees Reply1) from every source in turn.
 async fn ocr2_flood(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
-    let pool = bind_pool(ctx.sources, None).await?;
+    let pool = bind_pool(ctx.sources, source_ip).await?;
     cookieless_ocr2s(ctx, end, traffic, &pool).await;
     Ok(format!("{} sources, blind (no cookie)", pool.len()))
 }
@@ -1189,16 +1187,7 @@ async fn ocr2_flood(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<St
 /// without cookies cannot tell them from its players, and they compete with those for that
 /// IP's half-open handshakes.
 async fn ocr2_players_ip(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
-    let mut pool = Vec::with_capacity(PLAYERS_IP_PORTS);
-    for _ in 0..PLAYERS_IP_PORTS {
-        let s = UdpSocket::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| format!("bind 127.0.0.1: {e}"))?;
-        let s = Rc::new(s);
-        hold(&s);
-        pool.push(s);
-    }
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    let pool = bind_pool(PLAYERS_IP_PORTS, |_| Ipv4Addr::LOCALHOST).await?;
     cookieless_ocr2s(ctx, end, traffic, &pool).await;
     Ok(format!(
         "{} ports of 127.0.0.1 (the players' IP), no cookie",
@@ -1238,7 +1227,7 @@ async fn ocr1_flood(
     traffic: &Rc<Traffic>,
     short: bool,
 ) -> Result<String, String> {
-    let pool = bind_pool(ctx.sources, None).await?;
+    let pool = bind_pool(ctx.sources, source_ip).await?;
     spawn_drains(&pool, traffic, end + DRAIN_GRACE);
     let pkt = encode(&OpenConnectionRequest1 {
         protocol: 11,
@@ -1258,7 +1247,7 @@ async fn ocr1_flood(
 /// Per source: OCR2, then 0x09 in datagram #0, then 0x13 in datagram #1, never reading
 /// replies; then keep counting what the server reflects until the window ends.
 async fn blind_handshake(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
-    let pool = bind_pool(ctx.sources, None).await?;
+    let pool = bind_pool(ctx.sources, source_ip).await?;
     spawn_drains(&pool, traffic, end + DRAIN_GRACE);
     let mut rng = Rng(seed());
     let server = ctx.server;
@@ -1321,9 +1310,9 @@ async fn ping_flood(
     many: bool,
 ) -> Result<String, String> {
     let pool = if many {
-        bind_pool(ctx.sources, None).await?
+        bind_pool(ctx.sources, source_ip).await?
     } else {
-        bind_pool(1, Some(0)).await?
+        bind_pool(1, |i| Ipv4Addr::new(127, 2, 0, (i % 250 + 1) as u8)).await?
     };
     spawn_drains(&pool, traffic, end + DRAIN_GRACE);
     let epoch = ctx.epoch;
