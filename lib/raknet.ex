@@ -172,8 +172,10 @@ defmodule RakNet do
     _ = RakNet.Native.conn_set_owner(conn, sink)
     RakNet.Native.conn_close(conn)
 
+    # What came before the owner changed (a failure or a success at the last moment).
     receive do
       {:raknet_connected, ^conn, _} -> :ok
+      {:raknet_connect_failed, ^conn, _} -> :ok
     after
       0 -> :ok
     end
@@ -207,8 +209,9 @@ defmodule RakNet do
   Connections that have closed, are over their send budget, or would need more fragments
   than their peer reassembles (see `RakNet.Connection.send/4`), are skipped. Returns
   `{:ok, count}`, the number of connections it was queued for, or `{:error, reason}` for bad
-  arguments (`:too_large` over 32 MiB, `:bad_reliability` also for the `*_ack_receipt` reliabilities: a receipt belongs
-  to one send). Options as `RakNet.Connection.send/4` (`:channel`, `:priority`).
+  arguments (`:too_large` over 32 MiB, `:bad_reliability` also for the `*_ack_receipt`
+  reliabilities: a receipt belongs to one send). Options as `RakNet.Connection.send/4`
+  (`:channel`, `:priority`).
 
       {:ok, 3} = RakNet.broadcast([player1, player2, player3], :unreliable_sequenced, position)
 

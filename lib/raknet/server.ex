@@ -215,7 +215,11 @@ defmodule RakNet.Server do
     end
   end
 
-  # What a ban covers: an IPv4 address, or an IPv6 address's /64.
+  # What a ban covers: an IPv4 address (also written IPv4-mapped), or an IPv6 address's /64,
+  # as the runtime's bans count them.
+  defp network({0, 0, 0, 0, 0, 0xFFFF, ab, cd}),
+    do: {div(ab, 256), rem(ab, 256), div(cd, 256), rem(cd, 256)}
+
   defp network({a, b, c, d, _, _, _, _}), do: {a, b, c, d}
   defp network(ip), do: ip
 
