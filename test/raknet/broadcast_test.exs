@@ -113,7 +113,9 @@ defmodule RakNet.BroadcastTest do
     :ok = Connection.close(conn)
     assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
     # The registry forgets it (its rows are removed as the process ends).
-    assert :ok == wait_until(fn -> RakNet.Server.lookup(server, :id, "alice") == :error end)
+    assert :ok ==
+             RakNet.Test.Wait.until(fn -> RakNet.Server.lookup(server, :id, "alice") == :error end)
+
     assert RakNet.Server.lookup(server, :address, address) == :error
     assert length(RakNet.Server.connections(server)) == 1
   end
@@ -123,23 +125,6 @@ defmodule RakNet.BroadcastTest do
     {:ok, _conn} = RakNet.connect("127.0.0.1", port)
     assert_receive {:linking_new, pid, _player}, 5_000
     Process.exit(pid, :kill)
-    assert :ok == wait_until(fn -> RakNet.Server.connections(server) == [] end)
-  end
-
-  # The registry removes a killed process's rows when its monitor fires: poll briefly.
-  defp wait_until(fun, tries \\ 100) do
-    cond do
-      fun.() ->
-        :ok
-
-      tries == 0 ->
-        :timeout
-
-      true ->
-        receive do
-        after
-          10 -> wait_until(fun, tries - 1)
-        end
-    end
+    assert :ok == RakNet.Test.Wait.until(fn -> RakNet.Server.connections(server) == [] end)
   end
 end

@@ -62,3 +62,28 @@ defmodule RakNet.Test.Monitor do
     ref
   end
 end
+
+defmodule RakNet.Test.Wait do
+  @moduledoc "Waiting for a condition that no message announces."
+
+  @doc """
+  Polls `fun` every 10 ms until it returns true (`:ok`) or `tries` polls have failed
+  (`:timeout`).
+  """
+  @spec until((() -> boolean()), non_neg_integer()) :: :ok | :timeout
+  def until(fun, tries \\ 100) do
+    cond do
+      fun.() ->
+        :ok
+
+      tries == 0 ->
+        :timeout
+
+      true ->
+        receive do
+        after
+          10 -> until(fun, tries - 1)
+        end
+    end
+  end
+end
