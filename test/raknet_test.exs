@@ -11,7 +11,7 @@ defmodule RakNet.DocTest do
   doctest RakNet.Server.Config
   doctest RakNet.Message
   doctest RakNet.Top, only: [sparkline: 1]
-  doctest RakNet.Server, only: [timestamp: 1, make_unique_id: 0]
+  doctest RakNet.Server, only: [timestamp: 1, make_unique_id: 0, child_spec: 1]
 end
 
 defmodule RakNet.NativeMemoryTest do

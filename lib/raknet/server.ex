@@ -25,11 +25,30 @@ defmodule RakNet.Server do
 
   alias RakNet.Server.{Config, Listener}
 
-  @doc "A child spec for `{RakNet.Server, [client_module, port | opts]}`."
+  @doc """
+  A child spec for `{RakNet.Server, [client_module, port | opts]}`.
+
+  Its id is the `:name` option when there is one, else `:"Elixir.RakNet.Server:<port>"`: two
+  servers of one supervisor need different names or ports. Servers on port 0 without a name
+  each get an id of their own (a reference), so several can share a supervisor; give one a
+  `:name` to find it with `Supervisor.terminate_child/2`.
+
+      iex> RakNet.Server.child_spec([MyGame.Player, 19132]).id
+      :"Elixir.RakNet.Server:19132"
+      iex> RakNet.Server.child_spec([MyGame.Player, 0, name: MyGame.Server]).id
+      MyGame.Server
+  """
   @spec child_spec([term()]) :: Supervisor.child_spec()
   def child_spec([client_module, port | opts]) do
+    id =
+      case Keyword.keyword?(opts) && Keyword.get(opts, :name) do
+        name when name not in [nil, false] -> name
+        _ when port == 0 -> {__MODULE__, make_ref()}
+        _ -> :"#{__MODULE__}:#{port}"
+      end
+
     %{
-      id: :"#{__MODULE__}:#{port}",
+      id: id,
       start: {__MODULE__, :start_link, [client_module, port, opts]},
       type: :supervisor,
       restart: :permanent
@@ -45,17 +64,20 @@ defmodule RakNet.Server do
 
   Raises `ArgumentError` for invalid options (see `RakNet.Server.Config`) or a module that is
   neither; returns `{:error, reason}` when a socket cannot be opened
-  (`:eaddrinuse`, `:eacces`, `:eaddrnotavail`).
+  (`:eaddrinuse`, `:eacces`, `:eaddrnotavail`), and `{:error, {:already_started, pid}}` when
+  its `:name` is taken.
 
       {:ok, server} = RakNet.Server.start_link(MyGame.Player, 0, ip: "127.0.0.1")
       %{ipv4_port: port} = RakNet.Server.info(server)
+
+  With `name: MyGame.Server` every function of this module also takes that name.
   """
   @spec start_link(module(), :inet.port_number(), [Config.option()]) :: Supervisor.on_start()
   def start_link(client_module, port, opts \\ []) do
     config = Config.new(client_module, port, opts)
     RakNet.Handler.spec!(client_module)
 
-    case Supervisor.start_link(__MODULE__, config) do
+    case Supervisor.start_link(__MODULE__, config, name_option(config)) do
       # The listener opens the sockets: its reason is the socket's, as documented.
       {:error, {:shutdown, {:failed_to_start_child, RakNet.Server.Listener, reason}}} ->
         {:error, reason}
@@ -64,6 +86,9 @@ defmodule RakNet.Server do
         other
     end
   end
+
+  defp name_option(%Config{name: nil}), do: []
+  defp name_option(%Config{name: name}), do: [name: name]
 
   @typedoc """
   What `info/1` returns:
@@ -152,7 +177,7 @@ defmodule RakNet.Server do
       {:ok, _} = RakNet.Server.broadcast(server, :reliable, chat_line, except: [sender_pid])
   """
   @spec broadcast(Supervisor.supervisor(), atom(), binary(), keyword()) ::
-          {:ok, non_neg_integer()} | {:error, atom()}
+          {:ok, non_neg_integer()} | {:error, atom() | {:unknown_option, term()}}
   def broadcast(server, reliability, message, opts \\ []) do
     {except, opts} = Keyword.pop(opts, :except, [])
     handles = RakNet.Connection.Registry.handles(whereis!(server))

@@ -120,6 +120,64 @@ defmodule RakNet.ServerTest do
     refute config.([]).ipv6_unrestricted
   end
 
+  test "a server registered under :name is reached by it, and its child id is the name" do
+    opts = [
+      ip: "127.0.0.1",
+      open_ipv6_socket: false,
+      client_data: self(),
+      name: RakNet.Test.NamedServer
+    ]
+
+    spec = RakNet.Server.child_spec([EchoClient, 0 | opts])
+    assert spec.id == RakNet.Test.NamedServer
+    server = start_supervised!(spec)
+
+    assert Process.whereis(RakNet.Test.NamedServer) == server
+    assert %{ipv4_port: port} = RakNet.Server.info(RakNet.Test.NamedServer)
+    {:ok, conn} = RakNet.connect({127, 0, 0, 1}, port)
+
+    assert :ok =
+             RakNet.Test.Wait.until(fn ->
+               RakNet.Server.connections(RakNet.Test.NamedServer) != []
+             end)
+
+    assert RakNet.Server.start_link(EchoClient, 0, opts) == {:error, {:already_started, server}}
+    :ok = Connection.close(conn)
+  end
+
+  test "servers on port 0 can share a supervisor without ids of their own" do
+    opts = [ip: "127.0.0.1", open_ipv6_socket: false]
+    children = for _ <- 1..2, do: {RakNet.Server, [EchoClient, 0 | opts]}
+
+    sup =
+      start_supervised!(%{
+        id: :servers,
+        start: {Supervisor, :start_link, [children, [strategy: :one_for_one]]},
+        type: :supervisor
+      })
+
+    servers = for {_id, pid, :supervisor, _} <- Supervisor.which_children(sup), do: pid
+    assert length(servers) == 2
+    ports = Enum.map(servers, &RakNet.Server.info(&1).ipv4_port)
+    assert length(Enum.uniq(ports)) == 2
+
+    # A fixed port keeps X-Plane's id, the same for the same port.
+    assert RakNet.Server.child_spec([EchoClient, 19_132]).id ==
+             RakNet.Server.child_spec([EchoClient, 19_132, host: "127.0.0.1"]).id
+  end
+
+  test "an invalid option's error shows a shortened value" do
+    error =
+      assert_raise ArgumentError, fn ->
+        RakNet.Server.start_link(EchoClient, 0,
+          offline_ping_response: String.duplicate("x", 5_000)
+        )
+      end
+
+    assert error.message =~ ":offline_ping_response must be a binary of at most 1431 bytes"
+    assert byte_size(error.message) < 200
+  end
+
   test "start_link returns the socket's error when the port is taken" do
     {:ok, holder} = :gen_udp.open(0, ip: {127, 0, 0, 1})
     {:ok, port} = :inet.port(holder)
@@ -438,6 +496,9 @@ defmodule RakNet.ServerTest do
           {[max_buffered_bytes: 1_000], ":max_buffered_bytes must be an integer >= 1048576"},
           {[congestion_control: :cubic], ":congestion_control must be :reno or :bbr"},
           {[open_ipv4_socket: false, open_ipv6_socket: false], "at least one of"},
+          {[name: "server"], ":name must be an atom, {:global, term} or {:via, module, term}"},
+          {[name: nil], ":name must be an atom"},
+          {[name: {:via, "Registry", :x}], ":name must be an atom"},
           {[bogus: 1], "unknown option :bogus for RakNet.Server"},
           {[client_module: Other], "unknown option :client_module"},
           {[:not_a_keyword], "options must be a keyword list"}

@@ -17,6 +17,9 @@ defmodule RakNet.Server.Config do
   @typedoc """
   A `RakNet.Server` option:
 
+    * `:name` - registers the server (its supervisor) under this name, as `GenServer` names
+      go: an atom, `{:global, term}` or `{:via, module, term}`. Every `RakNet.Server` function
+      then takes the name, and it is the server's child id. Default `nil`: unregistered.
     * `:host` - the server's own address as its clients see it (a tuple or a string), as in
       X-Plane's library: written first among the internal addresses of the handshake's
       connection-request-accepted message, on the socket of its address family. It does not
@@ -144,7 +147,8 @@ defmodule RakNet.Server.Config do
       through the endpoint thread.
   """
   @type option ::
-          {:host, :inet.ip_address() | String.t() | nil}
+          {:name, GenServer.name()}
+          | {:host, :inet.ip_address() | String.t() | nil}
           | {:ip, :inet.ip4_address() | String.t()}
           | {:ipv6_ip, :inet.ip6_address() | String.t()}
           | {:open_ipv4_socket, boolean()}
@@ -182,6 +186,7 @@ defmodule RakNet.Server.Config do
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
             port: 0,
+            name: nil,
             host: nil,
             ip: {0, 0, 0, 0},
             ipv6_ip: {0, 0, 0, 0, 0, 0, 0, 0},
@@ -374,6 +379,16 @@ defmodule RakNet.Server.Config do
 
   defp validate(:client_data, value), do: value
 
+  defp validate(:name, value),
+    do:
+      check(
+        :name,
+        value,
+        match?({:global, _}, value) or match?({:via, m, _} when is_atom(m), value) or
+          (is_atom(value) and value not in [nil, true, false]),
+        "an atom, {:global, term} or {:via, module, term}"
+      )
+
   defp validate(:offline_ping_response, value),
     do:
       check(
@@ -472,8 +487,14 @@ defmodule RakNet.Server.Config do
 
   defp check(_key, value, true, _expected), do: value
 
+  # The value is shortened: a 1 MB MOTD by mistake should not flood the log.
   defp check(key, value, false, expected),
-    do: raise(ArgumentError, "#{inspect(key)} must be #{expected}, got: #{inspect(value)}")
+    do:
+      raise(
+        ArgumentError,
+        "#{inspect(key)} must be #{expected}, got: " <>
+          inspect(value, limit: 16, printable_limit: 64)
+      )
 
   defp check_relations(config) do
     if config.min_mtu > config.max_mtu,
