@@ -218,7 +218,7 @@ defmodule RakNet do
   To send to every player of a server but some, see `RakNet.Server.broadcast/4`.
   """
   @spec broadcast([pid() | reference()], atom(), binary(), keyword()) ::
-          {:ok, non_neg_integer()} | {:error, atom()}
+          {:ok, non_neg_integer()} | {:error, atom() | {:unknown_option, term()}}
   def broadcast(connections, reliability, message, opts \\ [])
 
   # The runtime's limit of one message (Limits::max_message_bytes).
@@ -228,9 +228,12 @@ defmodule RakNet do
     do: {:error, :not_binary}
 
   def broadcast(connections, reliability, message, opts) when is_list(connections) do
-    channel = Keyword.get(opts, :channel, 0)
-    priority = Keyword.get(opts, :priority, :high)
+    with {:ok, channel, priority} <- RakNet.Connection.send_options(opts) do
+      queue(connections, reliability, channel, priority, message)
+    end
+  end
 
+  defp queue(connections, reliability, channel, priority, message) do
     handles =
       Enum.flat_map(connections, fn
         conn when is_reference(conn) ->

@@ -28,7 +28,8 @@ defmodule RakNet.Connection do
   Errors: `{:error, :closed}` (the connection ended, or the process is gone), `:too_large`
   (over 32 MiB, or over the 16,384 fragments a peer reassembles: about 22 MiB at MTU 1492),
   `:over_budget` (64 MiB queued or unacknowledged), `:bad_reliability`,
-  `:bad_channel` (not 0..31), `:bad_priority`, `:empty`, `:not_binary`.
+  `:bad_channel` (not 0..31), `:bad_priority`, `{:unknown_option, key}` (an option other than
+  `:channel` and `:priority`), `:empty`, `:not_binary`.
 
   ## Lifecycle
 
@@ -82,6 +83,7 @@ defmodule RakNet.Connection do
           | :bad_reliability
           | :bad_channel
           | :bad_priority
+          | {:unknown_option, term()}
           | :empty
           | :not_binary
 
@@ -117,14 +119,13 @@ defmodule RakNet.Connection do
     do: {:error, :not_binary}
 
   def send(conn, reliability, message, opts) when is_reference(conn) do
-    channel = Keyword.get(opts, :channel, 0)
-    priority = Keyword.get(opts, :priority, :high)
-
-    cond do
-      not is_atom(reliability) -> {:error, :bad_reliability}
-      not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
-      not is_atom(priority) -> {:error, :bad_priority}
-      true -> Native.conn_send(conn, reliability, channel, priority, message)
+    with {:ok, channel, priority} <- send_options(opts) do
+      cond do
+        not is_atom(reliability) -> {:error, :bad_reliability}
+        not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
+        not is_atom(priority) -> {:error, :bad_priority}
+        true -> Native.conn_send(conn, reliability, channel, priority, message)
+      end
     end
   end
 
@@ -134,6 +135,30 @@ defmodule RakNet.Connection do
       error -> error
     end
   end
+
+  # The options of send/4 (and of the broadcasts): the channel and priority, or
+  # {:error, {:unknown_option, key}}, so that a misspelt `chanel: 3` is not sent on channel 0
+  # without a word. The first of a repeated key counts, as for Keyword.get/3.
+  @doc false
+  @spec send_options(term()) ::
+          {:ok, term(), term()} | {:error, {:unknown_option, term()}}
+  def send_options([]), do: {:ok, 0, :high}
+
+  def send_options(opts) do
+    case unknown_option(opts) do
+      nil -> {:ok, Keyword.get(opts, :channel, 0), Keyword.get(opts, :priority, :high)}
+      key -> {:error, {:unknown_option, key}}
+    end
+  end
+
+  defp unknown_option([]), do: nil
+
+  defp unknown_option([{key, _} | rest]) when key in [:channel, :priority],
+    do: unknown_option(rest)
+
+  defp unknown_option([{key, _} | _]), do: key
+  defp unknown_option([other | _]), do: other
+  defp unknown_option(other), do: other
 
   # Inside the connection process itself (a RakNet.Client callback answering), the handle is
   # in the process dictionary; any other process reads the registry. Neither asks the

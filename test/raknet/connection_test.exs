@@ -50,6 +50,23 @@ defmodule RakNet.ConnectionTest do
                {:error, :bad_priority}
 
       assert Connection.send(server_side, :reliable, [0x86]) == {:error, :not_binary}
+
+      # A misspelt option is an error, not a message on channel 0.
+      assert Connection.send(server_side, :reliable_ordered, <<0x86>>, chanel: 5) ==
+               {:error, {:unknown_option, :chanel}}
+
+      assert Connection.send(server_side, :reliable, <<0x86>>, [:channel]) ==
+               {:error, {:unknown_option, :channel}}
+
+      assert Connection.send(server_side, :reliable, <<0x86>>, %{channel: 1}) ==
+               {:error, {:unknown_option, %{channel: 1}}}
+
+      assert RakNet.broadcast([server_side], :reliable, <<0x86>>, prio: :low) ==
+               {:error, {:unknown_option, :prio}}
+
+      # The first of a repeated option counts, as with Keyword.get/3.
+      assert Connection.send(server_side, :reliable, <<0x86>>, channel: 1, channel: 99) ==
+               {:ok, nil}
     end
 
     test "a dead connection process is :closed for every function" do
