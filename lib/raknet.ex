@@ -73,7 +73,8 @@ defmodule RakNet do
       side sends (see the server option of the same name): `:bbr` keeps bulk transfers fast
       over paths with random loss.
 
-  Failures: `{:error, {:incompatible_protocol, server_version}}`,
+  An unknown option raises `ArgumentError`. Failures:
+  `{:error, {:incompatible_protocol, server_version}}`,
   `:no_free_incoming_connections`, `:banned`, `:already_connected`, `:ip_recently_connected`,
   `:security_required`, `:timeout`, `:nxdomain` (the name does not resolve).
 
@@ -87,6 +88,8 @@ defmodule RakNet do
   @spec connect(String.t() | :inet.ip_address(), :inet.port_number(), keyword()) ::
           {:ok, pid() | reference()} | {:error, term()}
   def connect(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
+    # A misspelt option (`timout:`) raises instead of being ignored.
+    Keyword.validate!(opts, [:client, :timeout, :congestion_control])
     timeout = Keyword.get(opts, :timeout, 10_000)
     native = native_connect_opts(opts)
 

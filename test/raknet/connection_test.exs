@@ -186,6 +186,11 @@ defmodule RakNet.ConnectionTest do
         RakNet.connect("127.0.0.1", port, congestion_control: :cubic)
       end
 
+      # A misspelt option raises rather than being ignored.
+      assert_raise ArgumentError, ~r/unknown keys \[:timout\]/, fn ->
+        RakNet.connect("127.0.0.1", port, timout: 1_000)
+      end
+
       for c <- [conn, client, plain], do: Connection.close(c)
     end
 
