@@ -132,6 +132,8 @@ enum State {
         attempt: u32,
         next_attempt: Instant,
         ocr2: Option<(OpenConnectionRequest2, Option<Instant>)>,
+        /// The GUID of the first Reply1: every later reply or refusal must carry it.
+        server_guid: Option<u64>,
     },
     /// Client: 0x09 sent, waiting for 0x10.
     Requesting,
@@ -193,6 +195,20 @@ fn controller(
             let seed = config.rng_seed ^ port.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             Box::new(Bbr::new(udp_payload, max_window, seed))
         }
+    }
+}
+
+/// The server GUID a reply or refusal carries; `None` for any other message.
+fn server_guid(msg: &OfflineMessage) -> Option<u64> {
+    match msg {
+        OfflineMessage::OpenConnectionReply1(m) => Some(m.server_guid),
+        OfflineMessage::OpenConnectionReply2(m) => Some(m.server_guid),
+        OfflineMessage::AlreadyConnected(m) => Some(m.server_guid),
+        OfflineMessage::NoFreeIncomingConnections(m) => Some(m.server_guid),
+        OfflineMessage::ConnectionBanned(m) => Some(m.server_guid),
+        OfflineMessage::IpRecentlyConnected(m) => Some(m.server_guid),
+        OfflineMessage::IncompatibleProtocolVersion(m) => Some(m.server_guid),
+        _ => None,
     }
 }
 
@@ -424,6 +440,7 @@ impl Connection {
             attempt: 0,
             next_attempt: now,
             ocr2: None,
+            server_guid: None,
         };
         let peer = Peer {
             role: Role::Client,
@@ -688,25 +705,45 @@ impl Connection {
 
     // ---- input ---------------------------------------------------------------------
 
-    /// An offline message from the peer, during the client's handshake.
-    pub(crate) fn handle_offline(&mut self, now: Instant, msg: OfflineMessage) {
+    /// An offline message from the peer, during the client's handshake. `false` when it was
+    /// not for this state, or a refusal that does not carry the server's GUID: dropped.
+    pub(crate) fn handle_offline(&mut self, now: Instant, msg: OfflineMessage) -> bool {
+        // Once a Reply1 told us the server's GUID, every reply and refusal must carry it.
+        // Anyone who knows our address and the server's could otherwise end (a refusal) or
+        // steer (a Reply1 or Reply2 of their own) our handshake with one spoofed datagram;
+        // now they must know the GUID too. Before that, a refusal (a ban, an incompatible
+        // protocol: answers to OCR1) is taken as official clients take it.
+        let known = match &self.state {
+            State::Offline { server_guid, .. } => *server_guid,
+            State::Requesting => Some(self.peer_guid),
+            _ => None,
+        };
+        if let (Some(known), Some(guid)) = (known, server_guid(&msg)) {
+            if guid != known {
+                return false;
+            }
+        }
         if matches!(self.state, State::Requesting) {
             // The server took the slot it had at OCR2 by the time our 0x09 came (another of
             // its endpoint threads filled it): it refuses the 0x09 instead of answering 0x10.
-            if let OfflineMessage::NoFreeIncomingConnections(m) = msg {
-                if m.server_guid == self.peer_guid {
-                    self.fail(ConnectError::NoFreeIncomingConnections);
-                }
+            if matches!(msg, OfflineMessage::NoFreeIncomingConnections(_)) {
+                self.fail(ConnectError::NoFreeIncomingConnections);
+                return true;
             }
-            return;
+            return false;
         }
-        let State::Offline { ocr2, .. } = &mut self.state else {
-            return;
+        let State::Offline {
+            ocr2, server_guid, ..
+        } = &mut self.state
+        else {
+            return false;
         };
         match msg {
             OfflineMessage::OpenConnectionReply1(reply) => {
+                *server_guid = Some(reply.server_guid);
                 if reply.server_public_key.is_some() {
-                    return self.fail(ConnectError::SecurityRequired);
+                    self.fail(ConnectError::SecurityRequired);
+                    return true;
                 }
                 self.peer_guid = reply.server_guid;
                 let mtu = reply.mtu.clamp(self.config.min_mtu, self.config.max_mtu);
@@ -722,8 +759,15 @@ impl Connection {
                 ));
             }
             OfflineMessage::OpenConnectionReply2(reply) => {
+                // Only after a Reply1 (whose GUID it carries: checked above). Not only while
+                // `ocr2` holds our OCR2: on a path slower than the OCR1 schedule, the answer
+                // to an OCR2 comes after the next OCR1 has cleared it.
+                if server_guid.is_none() {
+                    return false;
+                }
                 if reply.security_answer.is_some() {
-                    return self.fail(ConnectError::SecurityRequired);
+                    self.fail(ConnectError::SecurityRequired);
+                    return true;
                 }
                 // The client's first RTT sample: OCR2 → Reply2 is a round trip to the
                 // address we chose (the server's side takes none from its offline part).
@@ -768,8 +812,9 @@ impl Connection {
             }
             OfflineMessage::ConnectionBanned(_) => self.fail(ConnectError::Banned),
             OfflineMessage::IpRecentlyConnected(_) => self.fail(ConnectError::IpRecentlyConnected),
-            _ => {}
+            _ => return false,
         }
+        true
     }
 
     fn set_mtu(&mut self, mtu: u16) {
@@ -1363,6 +1408,7 @@ impl Connection {
             attempt,
             next_attempt,
             ocr2,
+            ..
         } = &mut self.state
         else {
             return false;

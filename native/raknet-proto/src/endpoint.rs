@@ -183,7 +183,8 @@ pub struct EndpointStats {
     pub ocr1_too_small: u64,
     /// Offline messages not answered for what they are: pings, OCR1 and OCR2 to an endpoint
     /// that accepts no one (a client), "only if open" pings to a full server, and replies
-    /// (Reply1/2, refusals) that no handshake of ours asked for.
+    /// (Reply1/2, refusals) that no handshake of ours asked for, or that carry another GUID
+    /// than the server our handshake is talking to.
     pub offline_ignored: u64,
     /// Pings not answered: the source IP exceeded `pongs_per_ip_per_sec`.
     pub pongs_rate_limited: u64,
@@ -680,8 +681,11 @@ impl Endpoint {
         };
         if let Some(&id) = self.by_addr.get(&from) {
             if self.conn(id).is_some_and(Connection::takes_offline) {
-                if let Some(c) = self.conn_mut(id) {
-                    c.handle_offline(now, msg);
+                let taken = self
+                    .conn_mut(id)
+                    .is_some_and(|c| c.handle_offline(now, msg));
+                if !taken {
+                    self.stats.offline_ignored += 1;
                 }
                 self.touch(id);
                 return;

@@ -357,3 +357,120 @@ fn client_falls_back_to_the_servers_protocol_when_it_speaks_it() {
     assert_eq!(protocol, Some(6));
     assert_eq!(p.server.stats().incompatible_protocol, 1);
 }
+
+/// Once the server's Reply1 has named its GUID, a refusal, Reply1 or Reply2 from the server's
+/// address with another GUID (spoofed by someone who knows both addresses) neither ends nor
+/// steers the client's handshake: it is dropped and counted. The server's own refusal still
+/// ends it.
+#[test]
+fn a_reply_with_another_guid_is_ignored_once_the_server_is_known() {
+    use bytes::Bytes;
+    use std::net::SocketAddr;
+    use std::time::Instant;
+
+    let client_addr: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    let server: SocketAddr = "127.0.0.1:19132".parse().unwrap();
+    let now = Instant::now();
+    let config = EndpointConfig {
+        accept_incoming: false,
+        ..cfg()
+    };
+    let mut ep = Endpoint::new(config, client_addr, now);
+    ep.connect(now, server).unwrap();
+    let first_byte = |ep: &mut Endpoint, at| {
+        let mut buf = Vec::new();
+        let mut firsts = Vec::new();
+        while let Some(tx) = ep.poll_transmit(at, &mut buf) {
+            firsts.push(buf[..tx.size][0]);
+        }
+        firsts
+    };
+    assert_eq!(first_byte(&mut ep, now), vec![0x05]);
+    let (guid, forged) = (0x5e12_u64, 0x0bad_u64);
+    let reply1 = |server_guid| -> Bytes {
+        OpenConnectionReply1 {
+            server_guid,
+            cookie: None,
+            server_public_key: None,
+            mtu: 1492,
+        }
+        .to_vec()
+        .into()
+    };
+    ep.handle(now, server, reply1(guid));
+    assert_eq!(first_byte(&mut ep, now), vec![0x07]);
+
+    let spoofed: Vec<Bytes> = vec![
+        AlreadyConnected {
+            server_guid: forged,
+        }
+        .to_vec()
+        .into(),
+        NoFreeIncomingConnections {
+            server_guid: forged,
+        }
+        .to_vec()
+        .into(),
+        ConnectionBanned {
+            server_guid: forged,
+        }
+        .to_vec()
+        .into(),
+        IpRecentlyConnected {
+            server_guid: forged,
+        }
+        .to_vec()
+        .into(),
+        IncompatibleProtocolVersion {
+            protocol: 6,
+            server_guid: forged,
+        }
+        .to_vec()
+        .into(),
+        OpenConnectionReply2 {
+            server_guid: forged,
+            client_address: client_addr,
+            mtu: 1492,
+            security_answer: None,
+        }
+        .to_vec()
+        .into(),
+        reply1(forged),
+    ];
+    let n = spoofed.len() as u64;
+    for d in spoofed {
+        ep.handle(now, server, d);
+    }
+    assert_eq!(ep.stats().offline_ignored, n);
+    let mut events = Vec::new();
+    while let Some(e) = ep.poll_event() {
+        events.push(e);
+    }
+    assert_eq!(failure(&events), None, "{events:?}");
+    // The forged Reply2 did not move it on to 0x09: nothing to send until the next OCR1.
+    assert_eq!(first_byte(&mut ep, now), vec![]);
+    // The OCR1 schedule starts a fresh Reply1 / OCR2 exchange; the GUID stays known.
+    let later = now + Duration::from_millis(600);
+    ep.handle_timeout(later);
+    assert_eq!(first_byte(&mut ep, later), vec![0x05]);
+    ep.handle(
+        later,
+        server,
+        AlreadyConnected {
+            server_guid: forged,
+        }
+        .to_vec()
+        .into(),
+    );
+    assert_eq!(ep.stats().offline_ignored, n + 1);
+
+    ep.handle(
+        later,
+        server,
+        ConnectionBanned { server_guid: guid }.to_vec().into(),
+    );
+    while let Some(e) = ep.poll_event() {
+        events.push(e);
+    }
+    assert_eq!(failure(&events), Some(ConnectError::Banned));
+}
