@@ -50,8 +50,9 @@ end
 
 defmodule MMO.Session do
   @moduledoc """
-  A logged-in player: name, id, zone. Registered as `{:session, connection}`; joins its zone,
-  forwards chat to it, leaves when the connection ends (or its node goes away).
+  A logged-in player: name, id, zone. Registered as `{:session, connection}`; joins its zone
+  (before the login is answered), forwards chat to it, leaves when the connection ends (or
+  its node goes away).
   """
   use GenServer, restart: :temporary
 
@@ -67,11 +68,22 @@ defmodule MMO.Session do
   @impl true
   def init(session) do
     Process.monitor(session.connection)
-    join(session)
+    join_now(session)
     {:ok, session}
   end
 
-  defp join(s), do: GenServer.cast(zone(s), {:join, s.player_id, s.name, s.connection})
+  # The first join is a call, made before the world answers the login: the client's moves go
+  # to the zone straight from its connection's node, and a cast from this node could reach
+  # the zone after the first of them (which the zone would reject, not knowing the player).
+  # A zone that is down or restarting gets the cast, and asks for a rejoin if it needs one.
+  defp join_now(s) do
+    :ok = GenServer.call(zone(s), join_message(s))
+  catch
+    :exit, _ -> join(s)
+  end
+
+  defp join(s), do: GenServer.cast(zone(s), join_message(s))
+  defp join_message(s), do: {:join, s.player_id, s.name, s.connection}
   defp zone(s), do: Registry.via({:zone, s.zone})
 
   @impl true

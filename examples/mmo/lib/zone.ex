@@ -26,14 +26,10 @@ defmodule MMO.Zone do
   @impl true
   def handle_call(:info, _from, z), do: {:reply, z, z}
 
+  def handle_call({:join, _, _, _} = join, _from, z), do: {:reply, :ok, join(z, join)}
+
   @impl true
-  def handle_cast({:join, player_id, name, connection}, z) do
-    {x, y} = MMO.World.spawn_point()
-    player = %{id: player_id, name: name, x: x, y: y, seq: 0}
-    z = put_in(z.players[connection], player)
-    broadcast(z, %Moved{player_id: player_id, x: x, y: y, seq: 0})
-    {:noreply, z}
-  end
+  def handle_cast({:join, _, _, _} = join, z), do: {:noreply, join(z, join)}
 
   def handle_cast({:leave, connection}, z),
     do: {:noreply, update_in(z.players, &Map.delete(&1, connection))}
@@ -67,6 +63,14 @@ defmodule MMO.Zone do
   end
 
   def handle_cast({:raknet_packet, _other, _ctx}, z), do: {:noreply, z}
+
+  defp join(z, {:join, player_id, name, connection}) do
+    {x, y} = MMO.World.spawn_point()
+    player = %{id: player_id, name: name, x: x, y: y, seq: 0}
+    z = put_in(z.players[connection], player)
+    broadcast(z, %Moved{player_id: player_id, x: x, y: y, seq: 0})
+    z
+  end
 
   defp valid?(p, %Move{x: x, y: y, seq: seq}) do
     x >= 0 and x <= @size and y >= 0 and y <= @size and
