@@ -66,6 +66,31 @@ defmodule RakNet.HostileTest do
     assert stats.pongs_rate_limited >= 4_900
   end
 
+  test "a spoofed ping flood that spends the pong budget does not hide the server from its players" do
+    # Two endpoint threads: the player's IP, learnt by the thread that took its connection, is
+    # known to both (the ping below may land on either).
+    {server, port} = start_server(pong_bytes_per_sec: 400, endpoint_threads: 2)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+    :ok = RakNet.Connection.close(conn)
+
+    # 200 strangers, 5 pings each: both threads' budgets (200 bytes each, 4 pongs) are spent.
+    sockets = for b <- 1..200, do: udp({127, 3, 0, b})
+
+    for t <- 1..5,
+        socket <- sockets,
+        do: :ok = :gen_udp.send(socket, {127, 0, 0, 1}, port, ping(t))
+
+    # The player, from a new socket (its server list's), still gets its pong.
+    player = udp({127, 0, 0, 1})
+    :ok = :gen_udp.send(player, {127, 0, 0, 1}, port, ping(7))
+    assert {:ok, {_, ^port, <<0x1C, 7::64, _::binary>>}} = :gen_udp.recv(player, 0, 2_000)
+
+    %{endpoints: [%{stats: stats}]} = RakNet.Server.info(server)
+    assert stats.pongs_budget_exhausted >= 900
+    assert stats.pongs_to_known_ips >= 1
+  end
+
   test "bans: refused while banned, connections closed, lifted by unban or by time" do
     {server, port} = start_server()
     {:ok, conn} = RakNet.connect("127.0.0.1", port)

@@ -753,6 +753,7 @@ impl Driver {
                     ("offline_ignored", s.offline_ignored),
                     ("pongs_rate_limited", s.pongs_rate_limited),
                     ("pongs_budget_exhausted", s.pongs_budget_exhausted),
+                    ("pongs_to_known_ips", s.pongs_to_known_ips),
                     ("pongs_too_large", s.pongs_too_large),
                     ("recv_buffer_bytes", self.me.buffers.0 as u64),
                     ("send_buffer_bytes", self.me.buffers.1 as u64),

@@ -3,9 +3,12 @@
 //! internet"). Everything here is keyed by what a spoofer controls (source addresses), so
 //! every table has a cap and evicts its oldest entry rather than grow.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// A map with at most `cap` entries that evicts the oldest insertion first.
 ///
@@ -173,6 +176,52 @@ impl IpRates {
     }
 }
 
+/// The IPs (IPv6 by /64, see [`ip_key`]) of players who completed a handshake: returning
+/// players, whose pings draw on a pong budget of their own. A flood of spoofed pings spends
+/// the strangers' budget, and the players who were on the server still see it in their
+/// server list. Entries are written only for proven addresses (a completed handshake), so a
+/// spoofer cannot add any.
+///
+/// A fixed table of 64-bit fingerprints that the endpoints of a group share without a lock:
+/// a connection writes its IP's slot and a ping reads one (a relaxed atomic each way). An IP
+/// that lands on a taken slot replaces the older one, so the table remembers about the last
+/// [`KnownIps::SLOTS`] players and never grows. It is allocated by the first connection, so
+/// client endpoints, which accept none, never pay for it.
+#[derive(Debug, Default)]
+pub(crate) struct KnownIps {
+    slots: OnceLock<Box<[AtomicU64]>>,
+}
+
+impl KnownIps {
+    /// Slots in the table (128 KiB).
+    pub(crate) const SLOTS: usize = 1 << 14;
+
+    /// A nonzero fingerprint of `ip`'s key; its low bits pick the slot. Not keyed: forging a
+    /// known player's fingerprint from another address would take a 64-bit hash collision
+    /// with that one address, and what it would win is a share of a pong budget.
+    fn fingerprint(ip: IpAddr) -> u64 {
+        let mut h = DefaultHasher::new();
+        ip_key(ip).hash(&mut h);
+        h.finish() | 1
+    }
+
+    pub(crate) fn insert(&self, ip: IpAddr) {
+        let slots = self
+            .slots
+            .get_or_init(|| (0..Self::SLOTS).map(|_| AtomicU64::new(0)).collect());
+        let f = Self::fingerprint(ip);
+        slots[f as usize % Self::SLOTS].store(f, Ordering::Relaxed);
+    }
+
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+        let Some(slots) = self.slots.get() else {
+            return false;
+        };
+        let f = Self::fingerprint(ip);
+        slots[f as usize % Self::SLOTS].load(Ordering::Relaxed) == f
+    }
+}
+
 /// Banned IPs (IPv6 by /64, see [`ip_key`]), each until a deadline (milliseconds on the
 /// endpoint clock) or forever. The operator fills it, not peers; expired bans are dropped
 /// when looked at.
@@ -285,5 +334,29 @@ mod tests {
         assert_eq!(b.list(400), vec![(ip, Some(600))]);
         assert!(!b.is_banned(ip, 1000));
         assert!(b.list(0).is_empty());
+    }
+
+    #[test]
+    fn known_ips_remember_players_by_ip_and_ipv6_by_64() {
+        let known = KnownIps::default();
+        let player: IpAddr = "203.0.113.7".parse().unwrap();
+        // Nothing allocated until a first player: a client endpoint pays nothing.
+        assert!(known.slots.get().is_none());
+        assert!(!known.contains(player));
+        known.insert(player);
+        assert!(known.contains(player));
+        assert!(!known.contains("203.0.113.8".parse().unwrap()));
+        let v6: IpAddr = "2001:db8:0:1::5".parse().unwrap();
+        known.insert(v6);
+        assert!(known.contains("2001:db8:0:1:ffff::1".parse().unwrap()));
+        assert!(!known.contains("2001:db8:0:2::5".parse().unwrap()));
+        // A fixed table: many more players than slots leave it at its size, and the most
+        // recent one is remembered.
+        for i in 0..(3 * KnownIps::SLOTS as u32) {
+            known.insert(IpAddr::from((0x0a00_0000 + i).to_be_bytes()));
+        }
+        assert_eq!(known.slots.get().map(|s| s.len()), Some(KnownIps::SLOTS));
+        let last = IpAddr::from((0x0a00_0000 + 3 * KnownIps::SLOTS as u32 - 1).to_be_bytes());
+        assert!(known.contains(last));
     }
 }

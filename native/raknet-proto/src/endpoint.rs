@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::addr;
-use crate::admission::{ip_key, Bans, IpRates, TokenBucket};
+use crate::admission::{ip_key, Bans, IpRates, KnownIps, TokenBucket};
 use crate::codec::Encode;
 use crate::config::{CongestionControl, EndpointConfig};
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
@@ -188,8 +188,12 @@ pub struct EndpointStats {
     pub offline_ignored: u64,
     /// Pings not answered: the source IP exceeded `pongs_per_ip_per_sec`.
     pub pongs_rate_limited: u64,
-    /// Pings not answered: the global `pong_bytes_per_sec` budget was spent.
+    /// Pings not answered: the global `pong_bytes_per_sec` budget was spent (the strangers'
+    /// one, or the returning players' one for a ping from a player's IP).
     pub pongs_budget_exhausted: u64,
+    /// Pongs sent to the IP of a player who completed a handshake here, from the returning
+    /// players' own `pong_bytes_per_sec` budget (also counted in `pongs_sent`).
+    pub pongs_to_known_ips: u64,
     /// Pings not answered: the pong would exceed `max_amplification` times the ping.
     pub pongs_too_large: u64,
     /// OCR2 with a missing or invalid cookie, dropped.
@@ -223,6 +227,8 @@ pub struct EndpointGroup {
     live: AtomicUsize,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
     buffered: Arc<AtomicUsize>,
+    /// Players' IPs, for the returning players' pong budget (see [`KnownIps`]).
+    known: KnownIps,
 }
 
 impl EndpointGroup {
@@ -341,7 +347,10 @@ pub struct Endpoint {
     /// reach it, so they cannot spend that IP's budget.
     new_conn_rates: IpRates,
     pong_rates: IpRates,
+    /// Pong bytes for strangers, and for the IPs of players who completed a handshake
+    /// (`group.known`): a spoofed ping flood spends the first only.
     pong_budget: TokenBucket,
+    known_pong_budget: TokenBucket,
     bans: Bans,
     stats: EndpointStats,
     /// Bytes of peer data all connections buffer (reassembly and ordering holds).
@@ -391,6 +400,7 @@ impl Endpoint {
             new_conn_rates: IpRates::new(tracked),
             pong_rates: IpRates::new(tracked),
             pong_budget: TokenBucket::full(pong_bytes, 0),
+            known_pong_budget: TokenBucket::full(pong_bytes, 0),
             bans: Bans::default(),
             stats: EndpointStats::default(),
             suspended: false,
@@ -800,6 +810,9 @@ impl Endpoint {
             protocol: acc.protocol,
             mtu: acc.mtu,
         };
+        // Every handshake that gets this far proved its address (a cookie, or the echoed
+        // time of 0x10).
+        self.group.known.insert(from.ip());
         let conn = Connection::accepted(self.config.clone(), peer, self.epoch, now, acc);
         let id = self.insert(conn);
         self.by_guid.insert(acc.guid, id);
@@ -838,9 +851,18 @@ impl Endpoint {
             return;
         }
         let global = self.config.admission.pong_bytes_per_sec;
-        if !self.pong_budget.take(now_ms, size as u64, global, global) {
+        let known = self.group.known.contains(from.ip());
+        let budget = if known {
+            &mut self.known_pong_budget
+        } else {
+            &mut self.pong_budget
+        };
+        if !budget.take(now_ms, size as u64, global, global) {
             self.stats.pongs_budget_exhausted += 1;
             return;
+        }
+        if known {
+            self.stats.pongs_to_known_ips += 1;
         }
         self.stats.pongs_sent += 1;
         self.queue_offline(from, &pong);

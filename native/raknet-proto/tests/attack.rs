@@ -671,6 +671,56 @@ fn pongs_are_limited_per_source_and_globally() {
     assert!(ep.stats().pongs_budget_exhausted > 9000);
 }
 
+/// A spoofed ping flood spends the strangers' pong budget, and the server no longer answers a
+/// stranger's ping; a player who completed a handshake (and left) still gets its pong, from
+/// any port of its IP: returning players keep seeing the server in their server list.
+#[test]
+fn a_spoofed_ping_flood_does_not_hide_the_server_from_its_players() {
+    let server_cfg = EndpointConfig {
+        admission: AdmissionLimits {
+            pong_bytes_per_sec: 10_000,
+            ..AdmissionLimits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(
+        31,
+        server_cfg,
+        EndpointConfig::default(),
+        LinkConfig::default(),
+    );
+    let (c, _) = p.connect();
+    p.client.close(p.now, c);
+    assert!(
+        p.drive_until(Duration::from_secs(5), |p| p.server.stats().connections
+            == 0)
+    );
+    let now = p.now;
+    let ping: Bytes = UnconnectedPing {
+        only_if_open: false,
+        time: 1,
+        client_guid: None,
+    }
+    .to_vec()
+    .into();
+    for i in 0..10_000 {
+        p.server.handle(now, spoofed(i), ping.clone());
+        drain(&mut p.server, now);
+    }
+    assert!(p.server.stats().pongs_budget_exhausted > 9_000);
+    let stranger = spoofed(20_000);
+    p.server.handle(now, stranger, ping.clone());
+    assert_eq!(bytes_to(&drain(&mut p.server, now), stranger), 0);
+    // The player, from another port (its server-list screen's socket).
+    let player = SocketAddr::new(p.client_addr.ip(), p.client_addr.port() + 1);
+    p.server.handle(now, player, ping);
+    let out = drain(&mut p.server, now);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, player);
+    assert_eq!(out[0].1[0], 0x1c);
+    assert_eq!(p.server.stats().pongs_to_known_ips, 1);
+}
+
 #[test]
 fn client_endpoints_answer_no_stranger() {
     let (mut ep, now, addr) = server(EndpointConfig {
