@@ -152,6 +152,10 @@ defmodule RakNet.Server do
   The server's connections (see `t:connection/0`). It reads a table (ETS): no process is
   asked, so it is cheap enough to call every tick.
 
+  A connection is listed once its process has started, which follows the client's last
+  handshake message: a client's `RakNet.connect/3` returns as soon as the server accepted it,
+  a moment (about half a round trip) before the server lists it.
+
       for %{pid: pid, id: player_id} <- RakNet.Server.connections(server), do: ...
   """
   @spec connections(Supervisor.supervisor()) :: [connection()]
