@@ -98,6 +98,28 @@ fn server_shutdown_notifies_clients() {
 }
 
 #[test]
+fn a_client_the_server_closed_forgets_the_connection() {
+    let mut p = pair(5);
+    let (c, s) = p.connect();
+    p.server.close(p.now, s);
+    assert!(
+        p.drive_until(Duration::from_secs(5), |p| reason(&p.client_events)
+            .is_some()
+            && reason(&p.server_events).is_some())
+    );
+    assert_eq!(reason(&p.client_events), Some(DisconnectReason::PeerClosed));
+    // The client acknowledges the 0x15 for a while (draining), then lets go of the
+    // connection: its address can be connected to again.
+    p.drive_until(Duration::from_secs(2), |_| false);
+    assert_eq!(p.client.conn_by_addr(p.server_addr), None);
+    assert!(!p.client.is_connected(c));
+    assert_eq!(
+        (p.client.stats().connections, p.server.stats().connections),
+        (0, 0)
+    );
+}
+
+#[test]
 fn silent_peer_times_out_on_both_sides() {
     let mut p = pair(3);
     p.connect();
