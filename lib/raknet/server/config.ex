@@ -601,6 +601,10 @@ defmodule RakNet.Server.Config do
       # Tests and benchmarks only: `config :raknet, udp_gso: false` sends every datagram on
       # its own instead of runs to one peer with UDP_SEGMENT (Linux).
       gso: Application.get_env(:raknet, :udp_gso, true),
+      # Tests only: `config :raknet, max_reliable_in_flight: n` keeps fewer reliable frames in
+      # flight to each peer (nil: the engine's 1,024), for official RakNet peers whose small
+      # socket buffer must not overflow (see the README's Interoperability section).
+      max_reliable_in_flight: Application.get_env(:raknet, :max_reliable_in_flight),
       handshake_timeout_ms: c.handshake_timeout_ms,
       # Shared by the endpoints of a group (max_connections too): not divided.
       max_connections_per_ip: c.max_connections_per_ip,
