@@ -145,20 +145,18 @@ defmodule RakNet.Connection do
   def send_options([]), do: {:ok, 0, :high}
 
   def send_options(opts) do
-    case unknown_option(opts) do
-      nil -> {:ok, Keyword.get(opts, :channel, 0), Keyword.get(opts, :priority, :high)}
-      key -> {:error, {:unknown_option, key}}
+    with :ok <- known_options(opts) do
+      {:ok, Keyword.get(opts, :channel, 0), Keyword.get(opts, :priority, :high)}
     end
   end
 
-  defp unknown_option([]), do: nil
-
-  defp unknown_option([{key, _} | rest]) when key in [:channel, :priority],
-    do: unknown_option(rest)
-
-  defp unknown_option([{key, _} | _]), do: key
-  defp unknown_option([other | _]), do: other
-  defp unknown_option(other), do: other
+  # A keyword list of :channel and :priority only; anything else (another key, an element
+  # that is no pair, options that are no list at all) is named in the error.
+  defp known_options([]), do: :ok
+  defp known_options([{key, _} | rest]) when key in [:channel, :priority], do: known_options(rest)
+  defp known_options([{key, _} | _]), do: {:error, {:unknown_option, key}}
+  defp known_options([other | _]), do: {:error, {:unknown_option, other}}
+  defp known_options(other), do: {:error, {:unknown_option, other}}
 
   # Inside the connection process itself (a RakNet.Client callback answering), the handle is
   # in the process dictionary; any other process reads the registry. Neither asks the

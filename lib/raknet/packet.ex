@@ -152,12 +152,15 @@ defmodule RakNet.Packet do
   returns what that returns. From another node the message is encoded here and handed to
   the connection's process, which must run `RakNet.Packet.Handler`, to send; that returns
   `{:ok, nil}` at once (a closed connection drops it), and keeps the order of everything the
-  calling process sends to that connection (`RakNet.Packet.Handler.assign/2` included).
+  calling process sends to that connection (`RakNet.Packet.Handler.assign/2` included). An
+  unknown option is `{:error, {:unknown_option, key}}` here, wherever the connection is.
   """
   @spec send(RakNet.Connection.t(), atom(), t(), keyword()) ::
           RakNet.Connection.send_result() | {:error, error() | {:not_a_packet, term()}}
   def send(connection, reliability, packet, opts \\ []) do
-    with {:ok, message} <- encode(packet) do
+    # Checked here too: a connection on another node could only drop a bad option's send.
+    with {:ok, _channel, _priority} <- RakNet.Connection.send_options(opts),
+         {:ok, message} <- encode(packet) do
       if is_reference(connection) or node(connection) == node() do
         RakNet.Connection.send(connection, reliability, message, opts)
       else
@@ -179,14 +182,17 @@ defmodule RakNet.Packet do
   `send/4`: a process that needs both in order can broadcast to `[connection]`.
 
   Returns `{:ok, count}`: the local connections it was queued for plus the remote ones it was
-  handed on for (their closed connections are skipped there, uncounted).
+  handed on for (their closed connections are skipped there, uncounted). An unknown option
+  is `{:error, {:unknown_option, key}}` before anything is sent.
 
       {:ok, _} = RakNet.Packet.broadcast(players, :unreliable_sequenced, %MyGame.Packets.Moved{...})
   """
   @spec broadcast([pid()], atom(), t(), keyword()) ::
           {:ok, non_neg_integer()} | {:error, term()}
   def broadcast(connections, reliability, packet, opts \\ []) do
-    with {:ok, message} <- encode(packet) do
+    # Checked before any node is handed the message, which could only drop it.
+    with {:ok, _channel, _priority} <- RakNet.Connection.send_options(opts),
+         {:ok, message} <- encode(packet) do
       connections
       |> Enum.group_by(&node/1)
       |> Enum.reduce_while({:ok, 0}, fn

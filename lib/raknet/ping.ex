@@ -59,7 +59,8 @@ defmodule RakNet.Ping do
 
   `host` is a name, an address string (`"127.0.0.1"`, `"::1"`, `"localhost"`) or an address
   tuple (`{127, 0, 0, 1}`). Options:
-  `:timeout` in ms (default 3000).
+  `:timeout` in ms (default 3000). An unknown option raises `ArgumentError`, as in
+  `RakNet.connect/3`.
 
   Returns `{:ok, pong}`, `{:error, :timeout}` when nothing answers, or `{:error, reason}` when
   the host does not resolve or no socket can be opened.
@@ -67,7 +68,7 @@ defmodule RakNet.Ping do
   @spec ping(String.t() | charlist() | :inet.ip_address(), :inet.port_number(), keyword()) ::
           {:ok, pong()} | {:error, term()}
   def ping(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
-    timeout = Keyword.get(opts, :timeout, 3000)
+    timeout = opts |> Keyword.validate!(timeout: 3000) |> Keyword.fetch!(:timeout)
 
     with {:ok, ip} <- resolve(host),
          {:ok, endpoint} <- RakNet.ClientEndpoint.any(ip),

@@ -182,7 +182,9 @@ defmodule RakNet.Server do
   """
   @spec broadcast(Supervisor.supervisor(), atom(), binary(), keyword()) ::
           {:ok, non_neg_integer()} | {:error, atom() | {:unknown_option, term()}}
-  def broadcast(server, reliability, message, opts \\ []) do
+  def broadcast(server, reliability, message, opts \\ [])
+
+  def broadcast(server, reliability, message, opts) when is_list(opts) do
     {except, opts} = Keyword.pop(opts, :except, [])
     handles = RakNet.Connection.Registry.handles(whereis!(server))
 
@@ -201,6 +203,8 @@ defmodule RakNet.Server do
 
     RakNet.broadcast(conns, reliability, message, opts)
   end
+
+  def broadcast(_server, _reliability, _message, opts), do: {:error, {:unknown_option, opts}}
 
   defp whereis!(server) do
     case GenServer.whereis(server) do

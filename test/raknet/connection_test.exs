@@ -31,7 +31,7 @@ defmodule RakNet.ConnectionTest do
     end
 
     test "arguments of the wrong type are errors, not exceptions" do
-      {_server, port} = start_server()
+      {server, port} = start_server()
       {_conn, server_side} = connect(port)
 
       assert Connection.send(server_side, "reliable", <<0x86>>) == {:error, :bad_reliability}
@@ -63,6 +63,22 @@ defmodule RakNet.ConnectionTest do
 
       assert RakNet.broadcast([server_side], :reliable, <<0x86>>, prio: :low) ==
                {:error, {:unknown_option, :prio}}
+
+      # What is no option at all is named too, nil included.
+      for {opts, named} <- [{[nil], nil}, {[{nil, 1}], nil}, {nil, nil}, {[channel: 1, x: 2], :x}] do
+        assert Connection.send(server_side, :reliable, <<0x86>>, opts) ==
+                 {:error, {:unknown_option, named}}
+
+        assert RakNet.broadcast([server_side], :reliable, <<0x86>>, opts) ==
+                 {:error, {:unknown_option, named}}
+      end
+
+      # RakNet.Server.broadcast/4 (which also takes :except) refuses options that are no list.
+      assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, %{channel: 1}) ==
+               {:error, {:unknown_option, %{channel: 1}}}
+
+      assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, chanel: 1) ==
+               {:error, {:unknown_option, :chanel}}
 
       # The first of a repeated option counts, as with Keyword.get/3.
       assert Connection.send(server_side, :reliable, <<0x86>>, channel: 1, channel: 99) ==

@@ -205,8 +205,36 @@ defmodule RakNet.PacketRouterTest do
       assert {:ok, 1} = Packet.broadcast([connection], :reliable_ordered, %Note{text: "all"})
       assert_receive {:raknet, ^conn, 0x92, <<3, "all">>, _}, 5_000
 
+      # A misspelt option is refused here, before a connection on another node is handed the
+      # message: there it could only be dropped, after an {:ok, _} here.
+      remote = remote_pid(:ghost@nowhere)
+      note = %Note{text: "lost"}
+
+      for connections <- [[remote], [connection], [connection, remote]] do
+        assert Packet.broadcast(connections, :reliable, note, chanel: 3) ==
+                 {:error, {:unknown_option, :chanel}}
+      end
+
+      assert Packet.send(remote, :reliable, note, chanel: 3) ==
+               {:error, {:unknown_option, :chanel}}
+
+      assert Packet.send(connection, :reliable, note, chanel: 3) ==
+               {:error, {:unknown_option, :chanel}}
+
+      refute_receive {:raknet, ^conn, 0x92, _, _}, 100
+
       :ok = RakNet.Connection.close(conn)
       assert_receive {:disconnected, %Context{connection: ^connection}, :peer_closed}, 5_000
     end
+  end
+
+  # A pid of a node that does not exist (NEW_PID_EXT): what a process on another node looks
+  # like to this one.
+  defp remote_pid(node) do
+    name = Atom.to_string(node)
+
+    :erlang.binary_to_term(
+      <<131, 88, 100, byte_size(name)::16, name::binary, 1::32, 0::32, 1::32>>
+    )
   end
 end

@@ -25,6 +25,11 @@ defmodule RakNet.PingTest do
     assert pong.motd.players_online == "2"
     assert pong.motd.max_players == "3"
     assert pong.rtt_us < 1_000_000
+
+    # A misspelt option is not ignored.
+    assert_raise ArgumentError, ~r/unknown keys \[:timout\]/, fn ->
+      RakNet.Ping.ping("localhost", port, timout: 10)
+    end
   end
 
   test "pings over IPv6" do

@@ -147,7 +147,9 @@ defmodule RakNet.ServerTest do
 
   test "servers on port 0 can share a supervisor without ids of their own" do
     opts = [ip: "127.0.0.1", open_ipv6_socket: false]
-    children = for _ <- 1..2, do: {RakNet.Server, [EchoClient, 0 | opts]}
+    # name: nil is the default, unregistered (as an unset `Application.get_env/2` gives it).
+    children =
+      for extra <- [[], [name: nil]], do: {RakNet.Server, [EchoClient, 0 | opts ++ extra]}
 
     sup =
       start_supervised!(%{
@@ -496,8 +498,9 @@ defmodule RakNet.ServerTest do
           {[max_buffered_bytes: 1_000], ":max_buffered_bytes must be an integer >= 1048576"},
           {[congestion_control: :cubic], ":congestion_control must be :reno or :bbr"},
           {[open_ipv4_socket: false, open_ipv6_socket: false], "at least one of"},
-          {[name: "server"], ":name must be an atom, {:global, term} or {:via, module, term}"},
-          {[name: nil], ":name must be an atom"},
+          {[name: "server"],
+           ":name must be an atom, {:global, term}, {:via, module, term} or nil"},
+          {[name: true], ":name must be an atom"},
           {[name: {:via, "Registry", :x}], ":name must be an atom"},
           {[bogus: 1], "unknown option :bogus for RakNet.Server"},
           {[client_module: Other], "unknown option :client_module"},
@@ -618,7 +621,8 @@ defmodule RakNet.ServerTest do
                  :congestion_control,
                  :batch_delivery,
                  :inline_sends,
-                 :gso
+                 :gso,
+                 :max_reliable_in_flight
                ])
     end
 

@@ -387,9 +387,10 @@ defmodule RakNet.Server.Config do
       check(
         :name,
         value,
+        # nil is the default, unregistered (so `name: Application.get_env(...)` may be unset).
         match?({:global, _}, value) or match?({:via, m, _} when is_atom(m), value) or
-          (is_atom(value) and value not in [nil, true, false]),
-        "an atom, {:global, term} or {:via, module, term}"
+          (is_atom(value) and value not in [true, false]),
+        "an atom, {:global, term}, {:via, module, term} or nil"
       )
 
   defp validate(:offline_ping_response, value),
