@@ -3,9 +3,9 @@
 //! internet"). Everything here is keyed by what a spoofer controls (source addresses), so
 //! every table has a cap and evicts its oldest entry rather than grow.
 
-use std::collections::hash_map::DefaultHasher;
+use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -184,32 +184,33 @@ impl IpRates {
 ///
 /// A fixed table of 64-bit fingerprints that the endpoints of a group share without a lock:
 /// a connection writes its IP's slot and a ping reads one (a relaxed atomic each way). An IP
-/// that lands on a taken slot replaces the older one, so the table remembers about the last
-/// [`KnownIps::SLOTS`] players and never grows. It is allocated by the first connection, so
-/// client endpoints, which accept none, never pay for it.
+/// that lands on a taken slot replaces the one there, so the table never grows and a player
+/// stays remembered until another IP lands on the same slot: of the last [`KnownIps::SLOTS`]
+/// distinct IPs about 63 % are remembered, a player seen 1,000 distinct IPs ago 94 %. The
+/// fingerprints are keyed (SipHash with random keys, as the standard `HashMap`'s), so an
+/// attacker cannot work out offline which addresses of theirs would evict a given player. It
+/// is allocated by the first connection, so client endpoints, which accept none, never pay
+/// for it.
 #[derive(Debug, Default)]
 pub(crate) struct KnownIps {
     slots: OnceLock<Box<[AtomicU64]>>,
+    keys: RandomState,
 }
 
 impl KnownIps {
     /// Slots in the table (128 KiB).
     pub(crate) const SLOTS: usize = 1 << 14;
 
-    /// A nonzero fingerprint of `ip`'s key; its low bits pick the slot. Not keyed: forging a
-    /// known player's fingerprint from another address would take a 64-bit hash collision
-    /// with that one address, and what it would win is a share of a pong budget.
-    fn fingerprint(ip: IpAddr) -> u64 {
-        let mut h = DefaultHasher::new();
-        ip_key(ip).hash(&mut h);
-        h.finish() | 1
+    /// A nonzero fingerprint of `ip`'s key; its low bits pick the slot.
+    fn fingerprint(&self, ip: IpAddr) -> u64 {
+        self.keys.hash_one(ip_key(ip)) | 1
     }
 
     pub(crate) fn insert(&self, ip: IpAddr) {
         let slots = self
             .slots
             .get_or_init(|| (0..Self::SLOTS).map(|_| AtomicU64::new(0)).collect());
-        let f = Self::fingerprint(ip);
+        let f = self.fingerprint(ip);
         slots[f as usize % Self::SLOTS].store(f, Ordering::Relaxed);
     }
 
@@ -217,7 +218,7 @@ impl KnownIps {
         let Some(slots) = self.slots.get() else {
             return false;
         };
-        let f = Self::fingerprint(ip);
+        let f = self.fingerprint(ip);
         slots[f as usize % Self::SLOTS].load(Ordering::Relaxed) == f
     }
 }
@@ -358,5 +359,17 @@ mod tests {
         assert_eq!(known.slots.get().map(|s| s.len()), Some(KnownIps::SLOTS));
         let last = IpAddr::from((0x0a00_0000 + 3 * KnownIps::SLOTS as u32 - 1).to_be_bytes());
         assert!(known.contains(last));
+    }
+
+    #[test]
+    fn known_ips_fingerprints_are_keyed_per_table() {
+        // The same address gets another fingerprint, and so another slot, in another table:
+        // which addresses share a player's slot cannot be computed offline.
+        let (a, b) = (KnownIps::default(), KnownIps::default());
+        let ips = (0..16u8).map(|i| IpAddr::from([203, 0, 113, i]));
+        let differ = ips
+            .filter(|&ip| a.fingerprint(ip) != b.fingerprint(ip))
+            .count();
+        assert_eq!(differ, 16);
     }
 }

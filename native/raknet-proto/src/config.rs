@@ -131,7 +131,8 @@ pub struct AdmissionLimits {
     /// per-IP and global pong budgets still bound what a spoofer can reflect. Default 3.
     pub pong_amplification: u32,
     /// Unconnected pong bytes per second over all sources (with a burst of one second's
-    /// worth). Default 256 KiB.
+    /// worth). Default 256 KiB. The IPs of players who completed a handshake have a budget of
+    /// this size of their own, so pongs total at most twice this.
     pub pong_bytes_per_sec: u64,
     /// Anti-amplification factor, as QUIC's: until an address has shown it receives our
     /// datagrams, we send it at most this many times the bytes it sent us (per handshake;

@@ -708,11 +708,13 @@ impl Connection {
     /// An offline message from the peer, during the client's handshake. `false` when it was
     /// not for this state, or a refusal that does not carry the server's GUID: dropped.
     pub(crate) fn handle_offline(&mut self, now: Instant, msg: OfflineMessage) -> bool {
-        // Once a Reply1 told us the server's GUID, every reply and refusal must carry it.
-        // Anyone who knows our address and the server's could otherwise end (a refusal) or
-        // steer (a Reply1 or Reply2 of their own) our handshake with one spoofed datagram;
-        // now they must know the GUID too. Before that, a refusal (a ban, an incompatible
-        // protocol: answers to OCR1) is taken as official clients take it.
+        // Once a Reply1 told us the server's GUID, every reply and refusal must carry it: a
+        // late reply of another server at that address (restarted with a new GUID), or a
+        // spoofed one from someone who never asked the server, is dropped instead of ending
+        // (a refusal) or steering (a Reply1 or Reply2) our handshake. It is no defence
+        // against a spoofer who pinged the server first: every pong carries the GUID, and
+        // RakNet's handshake has no client nonce. Before a Reply1, a refusal (a ban, an
+        // incompatible protocol: answers to OCR1) is taken as official clients take it.
         let known = match &self.state {
             State::Offline { server_guid, .. } => *server_guid,
             State::Requesting => Some(self.peer_guid),
