@@ -113,6 +113,11 @@ defmodule RakNet.PacketClusterTest do
     assert %Moved{x: 505.0, y: 500.0} =
              await_packet(conn, &match?(%Moved{player_id: ^id, seq: 1}, &1))
 
+    # A second join of the player (as a session's cast after its call timed out makes) leaves
+    # it where it is, not back at the spawn point.
+    :ok = :erpc.call(c, GenServer, :call, [zone, {:join, id, "ann", connection}])
+    assert %{x: 505.0, seq: 1} = :erpc.call(c, MMO.Zone, :info, [1]).players[connection]
+
     # A move too far is not broadcast; the zone sends the player its real position.
     send_packet(conn, %Move{x: 900.0, y: 500.0, seq: 2})
     assert %Moved{x: 505.0, seq: 1} = await_packet(conn, &match?(%Moved{player_id: ^id}, &1))

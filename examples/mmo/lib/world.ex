@@ -59,6 +59,8 @@ defmodule MMO.Session do
   alias MMO.Packets.Chat
   alias RakNet.Packet.Registry
 
+  @join_timeout 2_000
+
   def start_link(session),
     do:
       GenServer.start_link(__MODULE__, session, name: Registry.via({:session, session.connection}))
@@ -75,9 +77,11 @@ defmodule MMO.Session do
   # The first join is a call, made before the world answers the login: the client's moves go
   # to the zone straight from its connection's node, and a cast from this node could reach
   # the zone after the first of them (which the zone would reject, not knowing the player).
-  # A zone that is down or restarting gets the cast, and asks for a rejoin if it needs one.
+  # A zone that is down, restarting or slow gets the cast, and asks for a rejoin if it needs
+  # one; the wait is short, since the world starts sessions one at a time, and a join the
+  # zone already took is ignored there.
   defp join_now(s) do
-    :ok = GenServer.call(zone(s), join_message(s))
+    :ok = GenServer.call(zone(s), join_message(s), @join_timeout)
   catch
     :exit, _ -> join(s)
   end

@@ -64,6 +64,11 @@ defmodule MMO.Zone do
 
   def handle_cast({:raknet_packet, _other, _ctx}, z), do: {:noreply, z}
 
+  # A second join of a player already here (a session's cast after its call timed out, or a
+  # rejoin that crossed a move) keeps the player where it is.
+  defp join(z, {:join, _player_id, _name, connection}) when is_map_key(z.players, connection),
+    do: z
+
   defp join(z, {:join, player_id, name, connection}) do
     {x, y} = MMO.World.spawn_point()
     player = %{id: player_id, name: name, x: x, y: y, seq: 0}
