@@ -231,7 +231,7 @@ defmodule RakNet do
     do: {:error, :not_binary}
 
   def broadcast(connections, reliability, message, opts) when is_list(connections) do
-    with {:ok, channel, priority} <- RakNet.Connection.send_options(opts) do
+    with {:ok, channel, priority} <- RakNet.Connection.check_send(reliability, opts) do
       queue(connections, reliability, channel, priority, message)
     end
   end
@@ -252,14 +252,10 @@ defmodule RakNet do
           []
       end)
 
-    cond do
-      not is_atom(reliability) -> {:error, :bad_reliability}
-      not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
-      not is_atom(priority) -> {:error, :bad_priority}
-      # Too large for any connection: an error, as send/3 says, not {:ok, 0}.
-      byte_size(message) > @max_message_bytes -> {:error, :too_large}
-      true -> RakNet.Native.broadcast(handles, reliability, channel, priority, message)
-    end
+    # Too large for any connection: an error, as send/3 says, not {:ok, 0}.
+    if byte_size(message) > @max_message_bytes,
+      do: {:error, :too_large},
+      else: RakNet.Native.broadcast(handles, reliability, channel, priority, message)
   end
 
   defp resolve(host) when is_tuple(host), do: {:ok, host}

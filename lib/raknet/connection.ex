@@ -55,6 +55,9 @@ defmodule RakNet.Connection do
   use GenServer, restart: :temporary
 
   alias RakNet.Native
+  alias RakNet.ReliabilityLayer.Reliability
+
+  @priorities [:immediate, :high, :medium, :low]
 
   @typedoc "A connection: its process, or its handle (`conn_ref/1`)."
   @type t :: pid() | reference()
@@ -119,13 +122,8 @@ defmodule RakNet.Connection do
     do: {:error, :not_binary}
 
   def send(conn, reliability, message, opts) when is_reference(conn) do
-    with {:ok, channel, priority} <- send_options(opts) do
-      cond do
-        not is_atom(reliability) -> {:error, :bad_reliability}
-        not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
-        not is_atom(priority) -> {:error, :bad_priority}
-        true -> Native.conn_send(conn, reliability, channel, priority, message)
-      end
+    with {:ok, channel, priority} <- check_send(reliability, opts) do
+      Native.conn_send(conn, reliability, channel, priority, message)
     end
   end
 
@@ -133,6 +131,23 @@ defmodule RakNet.Connection do
     case handle(pid) do
       {:ok, conn} -> send(conn, reliability, message, opts)
       error -> error
+    end
+  end
+
+  # What send/4 and the broadcasts check before the runtime is handed a message: the
+  # reliability, and the channel and priority the options give. Packet.send/4 and
+  # Packet.broadcast/4 check it before a message goes to another node, where an error could
+  # only drop it.
+  @doc false
+  @spec check_send(term(), term()) :: {:ok, 0..31, atom()} | {:error, term()}
+  def check_send(reliability, opts) do
+    with {:ok, channel, priority} <- send_options(opts) do
+      cond do
+        not Reliability.valid?(reliability) -> {:error, :bad_reliability}
+        not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
+        priority not in @priorities -> {:error, :bad_priority}
+        true -> {:ok, channel, priority}
+      end
     end
   end
 

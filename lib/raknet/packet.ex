@@ -152,14 +152,16 @@ defmodule RakNet.Packet do
   returns what that returns. From another node the message is encoded here and handed to
   the connection's process, which must run `RakNet.Packet.Handler`, to send; that returns
   `{:ok, nil}` at once (a closed connection drops it), and keeps the order of everything the
-  calling process sends to that connection (`RakNet.Packet.Handler.assign/2` included). An
-  unknown option is `{:error, {:unknown_option, key}}` here, wherever the connection is.
+  calling process sends to that connection (`RakNet.Packet.Handler.assign/2` included). A bad
+  reliability, channel or priority, or an unknown option, is an error here
+  (`:bad_reliability`, `:bad_channel`, `:bad_priority`, `{:unknown_option, key}`), wherever
+  the connection is.
   """
   @spec send(RakNet.Connection.t(), atom(), t(), keyword()) ::
           RakNet.Connection.send_result() | {:error, error() | {:not_a_packet, term()}}
   def send(connection, reliability, packet, opts \\ []) do
-    # Checked here too: a connection on another node could only drop a bad option's send.
-    with {:ok, _channel, _priority} <- RakNet.Connection.send_options(opts),
+    # Checked here too: a connection on another node could only drop a bad send.
+    with {:ok, _channel, _priority} <- RakNet.Connection.check_send(reliability, opts),
          {:ok, message} <- encode(packet) do
       if is_reference(connection) or node(connection) == node() do
         RakNet.Connection.send(connection, reliability, message, opts)
@@ -182,8 +184,8 @@ defmodule RakNet.Packet do
   `send/4`: a process that needs both in order can broadcast to `[connection]`.
 
   Returns `{:ok, count}`: the local connections it was queued for plus the remote ones it was
-  handed on for (their closed connections are skipped there, uncounted). An unknown option
-  is `{:error, {:unknown_option, key}}` before anything is sent.
+  handed on for (their closed connections are skipped there, uncounted). A bad reliability,
+  channel or priority, or an unknown option, is an error before anything is sent.
 
       {:ok, _} = RakNet.Packet.broadcast(players, :unreliable_sequenced, %MyGame.Packets.Moved{...})
   """
@@ -191,7 +193,7 @@ defmodule RakNet.Packet do
           {:ok, non_neg_integer()} | {:error, term()}
   def broadcast(connections, reliability, packet, opts \\ []) do
     # Checked before any node is handed the message, which could only drop it.
-    with {:ok, _channel, _priority} <- RakNet.Connection.send_options(opts),
+    with {:ok, _channel, _priority} <- RakNet.Connection.check_send(reliability, opts),
          {:ok, message} <- encode(packet) do
       connections
       |> Enum.group_by(&node/1)

@@ -218,6 +218,17 @@ defmodule RakNet.PacketRouterTest do
       assert Packet.send(remote, :reliable, note, chanel: 3) ==
                {:error, {:unknown_option, :chanel}}
 
+      # So are a bad reliability, channel or priority.
+      for {reliability, opts, error} <- [
+            {:reliable, [channel: 32], :bad_channel},
+            {:sometimes, [], :bad_reliability},
+            {:reliable, [priority: :top], :bad_priority}
+          ] do
+        assert Packet.send(remote, reliability, note, opts) == {:error, error}
+        assert Packet.broadcast([remote], reliability, note, opts) == {:error, error}
+        assert Packet.send(connection, reliability, note, opts) == {:error, error}
+      end
+
       assert Packet.send(connection, :reliable, note, chanel: 3) ==
                {:error, {:unknown_option, :chanel}}
 

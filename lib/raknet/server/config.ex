@@ -87,12 +87,13 @@ defmodule RakNet.Server.Config do
       requests spoofed from a player's address cannot spend it. Loopback is exempt.
       Default `20`.
     * `:pongs_per_ip_per_sec` - unconnected pongs per source IP per second. Default `16`.
-    * `:pong_bytes_per_sec` - unconnected pong bytes per second for all sources together.
-      Default `262_144`. Returning players (the IPs of clients that completed a handshake,
-      in a table of 16,384 that newer ones push older ones out of) have a budget of the same
-      size of their own, so a flood of spoofed pings that spends the strangers' budget does
-      not hide the server from them (`pongs_to_known_ips` in `RakNet.Server.info/1`); pongs
-      total at most twice this.
+    * `:pong_bytes_per_sec` - unconnected pong bytes per second for all sources together, per
+      socket (IPv4 and IPv6 each; divided among its endpoint threads), with a burst of one
+      second's worth. Default `262_144`. Returning players (the IPs of clients that
+      completed a handshake, in a table of 16,384 that newer ones push older ones out of)
+      have a budget of the same size of their own, so a flood of spoofed pings that spends
+      the strangers' budget does not hide the server from them (`pongs_to_known_ips` in
+      `RakNet.Server.info/1`); a socket sends at most twice this in pongs.
     * `:pong_amplification` - the largest pong as a multiple of its 33-byte ping. A Bedrock
       MOTD makes pongs of 4-6 times the ping: with 3 (QUIC's anti-amplification bound, what
       every other reply to an unproven address gets) a Bedrock server list would never see

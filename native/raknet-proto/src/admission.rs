@@ -3,9 +3,9 @@
 //! internet"). Everything here is keyed by what a spoofer controls (source addresses), so
 //! every table has a cap and evicts its oldest entry rather than grow.
 
-use std::collections::hash_map::RandomState;
+use crate::rng::siphash24;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -187,39 +187,58 @@ impl IpRates {
 /// that lands on a taken slot replaces the one there, so the table never grows and a player
 /// stays remembered until another IP lands on the same slot: of the last [`KnownIps::SLOTS`]
 /// distinct IPs about 63 % are remembered, a player seen 1,000 distinct IPs ago 94 %. The
-/// fingerprints are keyed (SipHash with random keys, as the standard `HashMap`'s), so an
-/// attacker cannot work out offline which addresses of theirs would evict a given player. It
-/// is allocated by the first connection, so client endpoints, which accept none, never pay
-/// for it.
+/// fingerprints are keyed (SipHash under keys derived from the seed and secret of the
+/// endpoint that allocates the table, which the NIF draws from the OS), so an attacker
+/// cannot work out offline which addresses of theirs would evict a given player. It is
+/// allocated by the first connection, so client endpoints, which accept none, never pay for
+/// it.
 #[derive(Debug, Default)]
 pub(crate) struct KnownIps {
-    slots: OnceLock<Box<[AtomicU64]>>,
-    keys: RandomState,
+    table: OnceLock<KnownTable>,
+}
+
+#[derive(Debug)]
+struct KnownTable {
+    keys: (u64, u64),
+    slots: Box<[AtomicU64]>,
+}
+
+impl KnownTable {
+    /// A nonzero fingerprint of `ip`'s key; its low bits pick the slot.
+    fn fingerprint(&self, ip: IpAddr) -> u64 {
+        let h = match ip_key(ip) {
+            IpAddr::V4(v4) => siphash24(self.keys.0, self.keys.1, &v4.octets()),
+            IpAddr::V6(v6) => siphash24(self.keys.0, self.keys.1, &v6.octets()),
+        };
+        h | 1
+    }
+
+    fn slot(&self, fingerprint: u64) -> &AtomicU64 {
+        &self.slots[fingerprint as usize % KnownIps::SLOTS]
+    }
 }
 
 impl KnownIps {
     /// Slots in the table (128 KiB).
     pub(crate) const SLOTS: usize = 1 << 14;
 
-    /// A nonzero fingerprint of `ip`'s key; its low bits pick the slot.
-    fn fingerprint(&self, ip: IpAddr) -> u64 {
-        self.keys.hash_one(ip_key(ip)) | 1
-    }
-
-    pub(crate) fn insert(&self, ip: IpAddr) {
-        let slots = self
-            .slots
-            .get_or_init(|| (0..Self::SLOTS).map(|_| AtomicU64::new(0)).collect());
-        let f = self.fingerprint(ip);
-        slots[f as usize % Self::SLOTS].store(f, Ordering::Relaxed);
+    /// Remember `ip`. `keys` gives the fingerprints' SipHash keys if this is the first
+    /// insert, which allocates the table.
+    pub(crate) fn insert(&self, ip: IpAddr, keys: impl FnOnce() -> (u64, u64)) {
+        let table = self.table.get_or_init(|| KnownTable {
+            keys: keys(),
+            slots: (0..Self::SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let f = table.fingerprint(ip);
+        table.slot(f).store(f, Ordering::Relaxed);
     }
 
     pub(crate) fn contains(&self, ip: IpAddr) -> bool {
-        let Some(slots) = self.slots.get() else {
+        let Some(table) = self.table.get() else {
             return false;
         };
-        let f = self.fingerprint(ip);
-        slots[f as usize % Self::SLOTS].load(Ordering::Relaxed) == f
+        let f = table.fingerprint(ip);
+        table.slot(f).load(Ordering::Relaxed) == f
     }
 }
 
@@ -340,35 +359,46 @@ mod tests {
     #[test]
     fn known_ips_remember_players_by_ip_and_ipv6_by_64() {
         let known = KnownIps::default();
+        let keys = || (1, 2);
         let player: IpAddr = "203.0.113.7".parse().unwrap();
         // Nothing allocated until a first player: a client endpoint pays nothing.
-        assert!(known.slots.get().is_none());
+        assert!(known.table.get().is_none());
         assert!(!known.contains(player));
-        known.insert(player);
+        known.insert(player, keys);
         assert!(known.contains(player));
         assert!(!known.contains("203.0.113.8".parse().unwrap()));
         let v6: IpAddr = "2001:db8:0:1::5".parse().unwrap();
-        known.insert(v6);
+        known.insert(v6, keys);
         assert!(known.contains("2001:db8:0:1:ffff::1".parse().unwrap()));
         assert!(!known.contains("2001:db8:0:2::5".parse().unwrap()));
         // A fixed table: many more players than slots leave it at its size, and the most
         // recent one is remembered.
         for i in 0..(3 * KnownIps::SLOTS as u32) {
-            known.insert(IpAddr::from((0x0a00_0000 + i).to_be_bytes()));
+            known.insert(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), keys);
         }
-        assert_eq!(known.slots.get().map(|s| s.len()), Some(KnownIps::SLOTS));
+        assert_eq!(
+            known.table.get().map(|t| t.slots.len()),
+            Some(KnownIps::SLOTS)
+        );
         let last = IpAddr::from((0x0a00_0000 + 3 * KnownIps::SLOTS as u32 - 1).to_be_bytes());
         assert!(known.contains(last));
     }
 
     #[test]
-    fn known_ips_fingerprints_are_keyed_per_table() {
-        // The same address gets another fingerprint, and so another slot, in another table:
-        // which addresses share a player's slot cannot be computed offline.
+    fn known_ips_fingerprints_are_keyed() {
+        // Under other keys the same address gets another fingerprint, and so another slot:
+        // which addresses share a player's slot cannot be computed without the keys. The
+        // first insert's keys stay.
         let (a, b) = (KnownIps::default(), KnownIps::default());
+        a.insert(IpAddr::from([198, 51, 100, 1]), || (1, 2));
+        b.insert(IpAddr::from([198, 51, 100, 1]), || (3, 4));
+        b.insert(IpAddr::from([198, 51, 100, 2]), || {
+            unreachable!("keys asked for again")
+        });
+        let (ta, tb) = (a.table.get().unwrap(), b.table.get().unwrap());
         let ips = (0..16u8).map(|i| IpAddr::from([203, 0, 113, i]));
         let differ = ips
-            .filter(|&ip| a.fingerprint(ip) != b.fingerprint(ip))
+            .filter(|&ip| ta.fingerprint(ip) != tb.fingerprint(ip))
             .count();
         assert_eq!(differ, 16);
     }

@@ -812,7 +812,13 @@ impl Endpoint {
         };
         // Every handshake that gets this far proved its address (a cookie, or the echoed
         // time of 0x10).
-        self.group.known.insert(from.ip());
+        let (seed, secret) = (self.config.rng_seed, self.config.secret);
+        self.group.known.insert(from.ip(), || {
+            (
+                derive(seed, secret, b"known ips key 0"),
+                derive(seed, secret, b"known ips key 1"),
+            )
+        });
         let conn = Connection::accepted(self.config.clone(), peer, self.epoch, now, acc);
         let id = self.insert(conn);
         self.by_guid.insert(acc.guid, id);
