@@ -175,7 +175,7 @@ defmodule RakNet.Server do
 
   @doc """
   Sends `message` to every connection of the server, except the connections (pids or
-  handles) in the `:except` option; otherwise as `RakNet.broadcast/4`.
+  handles; a list, or one) in the `:except` option; otherwise as `RakNet.broadcast/4`.
 
       {:ok, count} = RakNet.Server.broadcast(server, :reliable_ordered, <<0x86, "tick">>)
       {:ok, _} = RakNet.Server.broadcast(server, :reliable, chat_line, except: [sender_pid])
@@ -185,7 +185,10 @@ defmodule RakNet.Server do
   def broadcast(server, reliability, message, opts \\ [])
 
   def broadcast(server, reliability, message, opts) when is_list(opts) do
-    {except, opts} = Keyword.pop(opts, :except, [])
+    # Options that are no keyword list are named by RakNet.broadcast/4's error.
+    {except, opts} =
+      if Keyword.keyword?(opts), do: Keyword.pop(opts, :except, []), else: {[], opts}
+
     handles = RakNet.Connection.Registry.handles(whereis!(server))
 
     conns =
@@ -194,7 +197,7 @@ defmodule RakNet.Server do
           Enum.map(handles, &elem(&1, 1))
 
         _ ->
-          skip = MapSet.new(except)
+          skip = except |> List.wrap() |> MapSet.new()
 
           for {pid, conn} <- handles,
               not MapSet.member?(skip, pid) and not MapSet.member?(skip, conn),

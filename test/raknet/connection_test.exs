@@ -80,6 +80,13 @@ defmodule RakNet.ConnectionTest do
       assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, chanel: 1) ==
                {:error, {:unknown_option, :chanel}}
 
+      assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, [nil, except: [server_side]]) ==
+               {:error, {:unknown_option, nil}}
+
+      # :except takes one connection as well as a list.
+      assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, except: server_side) ==
+               {:ok, 0}
+
       # The first of a repeated option counts, as with Keyword.get/3.
       assert Connection.send(server_side, :reliable, <<0x86>>, channel: 1, channel: 99) ==
                {:ok, nil}
