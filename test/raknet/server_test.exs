@@ -191,6 +191,29 @@ defmodule RakNet.ServerTest do
     :gen_udp.close(holder)
   end
 
+  test "an :ip that is not loopback, without :ipv6_ip, warns that IPv6 listens everywhere" do
+    Process.flag(:trap_exit, true)
+
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the IPv4 socket, opened first,
+    # fails, so nothing is bound; the warning comes before.
+    log =
+      ExUnit.CaptureLog.capture_log(fn ->
+        assert RakNet.Server.start_link(EchoClient, 0, ip: {192, 0, 2, 1}) ==
+                 {:error, :eaddrnotavail}
+      end)
+
+    assert log =~ ":ip 192.0.2.1 restricts the IPv4 socket only"
+
+    # With :ipv6_ip the IPv6 socket is restricted too: no warning.
+    log =
+      ExUnit.CaptureLog.capture_log(fn ->
+        assert RakNet.Server.start_link(EchoClient, 0, ip: {192, 0, 2, 1}, ipv6_ip: "::1") ==
+                 {:error, :eaddrnotavail}
+      end)
+
+    refute log =~ "restricts the IPv4 socket only"
+  end
+
   test "every reliability is delivered" do
     {_server, %{ipv4_port: port}} = start_server()
     {conn, _} = connect(port)
