@@ -97,7 +97,7 @@ attack: build
 		{ status=$$?; echo "raknet-attack failed; server log:" >&2; tail -n 30 $$log >&2; exit $$status; }
 
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := datagram frame ack offline connected_message address
+FUZZ_TARGETS := datagram frame ack offline connected_message address endpoint
 
 # cargo-fuzz needs nightly-only sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain
 # (the only one this machine can have) accept them.

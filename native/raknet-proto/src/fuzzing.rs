@@ -111,3 +111,195 @@ pub fn address(data: &[u8]) {
         check(&Ok(a), &addr::decode(&mut Bytes::from(out)), "address");
     }
 }
+
+/// Drive a server endpoint and a client endpoint that connects to it with a script: datagrams
+/// of arbitrary bytes or genuine ones with a byte changed (from the peer's address, the
+/// other's, or strangers'), genuine traffic, clock steps, sends, closes, pings and bans. The
+/// first byte picks the configuration (cookies, protocol, datagram timestamps, congestion
+/// controller). Neither endpoint may panic, and the server stays within its connection limit.
+///
+/// Returns what the script reached, so that tests can check their scripts go deep enough.
+pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
+    use crate::{CongestionControl, Endpoint, EndpointConfig, Event, Limits, Reliability};
+    use crate::{SendOptions, Transmit};
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+
+    const MAX_CONNECTIONS: usize = 4;
+    let mut reach = EndpointFuzzReach::default();
+    let Some((&flags, mut script)) = data.split_first() else {
+        return reach;
+    };
+    let server_addr = SocketAddr::from(([10, 0, 0, 1], 19132));
+    let client_addr = SocketAddr::from(([10, 0, 0, 2], 50000));
+    let strangers = [
+        SocketAddr::from(([10, 0, 0, 3], 1)),
+        SocketAddr::from(([10, 0, 0, 2], 50001)),
+        SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1], 7)),
+    ];
+    let config = |accept_incoming: bool, seed: u64| EndpointConfig {
+        rng_seed: seed,
+        secret: seed ^ 0x5eed,
+        accept_incoming,
+        use_cookies: flags & 1 != 0,
+        protocol_versions: if flags & 2 != 0 { vec![6] } else { vec![11] },
+        datagram_timestamps: flags & 4 != 0,
+        congestion: if flags & 8 != 0 {
+            CongestionControl::Bbr
+        } else {
+            CongestionControl::Reno
+        },
+        limits: Limits {
+            max_connections: MAX_CONNECTIONS,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let start = Instant::now();
+    let mut now = start;
+    let mut server = Endpoint::new(config(true, 1), server_addr, now);
+    let mut client = Endpoint::new(config(false, 2), client_addr, now);
+    let mut client_conns = client
+        .connect(now, server_addr)
+        .into_iter()
+        .collect::<Vec<_>>();
+    let mut server_conns = Vec::new();
+    // The last genuine datagram each way: [to the server, to the client].
+    let mut last: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+    let mut buf = Vec::new();
+
+    fn take<'a>(script: &mut &'a [u8], n: usize) -> &'a [u8] {
+        let (head, tail) = script.split_at(n.min(script.len()));
+        *script = tail;
+        head
+    }
+    while let Some(&op) = take(&mut script, 1).first() {
+        let arg = take(&mut script, 1).first().copied().unwrap_or(0);
+        let to_server = op & 0x10 == 0;
+        // The sender's address: the peer's own, or one of the strangers'.
+        let from = match op >> 5 {
+            0..=4 if to_server => client_addr,
+            0..=4 => server_addr,
+            k => strangers[usize::from(k - 5)],
+        };
+        match op & 0x0f {
+            0..=3 => {
+                let bytes = Bytes::copy_from_slice(take(&mut script, usize::from(arg) * 6));
+                if to_server {
+                    server.handle(now, from, bytes);
+                } else {
+                    client.handle(now, from, bytes);
+                }
+            }
+            4..=6 => {
+                let mut d = last[usize::from(!to_server)].clone();
+                if !d.is_empty() {
+                    let pos = usize::from(arg) % d.len();
+                    d[pos] ^= take(&mut script, 1).first().copied().unwrap_or(0xff);
+                    if to_server {
+                        server.handle(now, from, Bytes::from(d));
+                    } else {
+                        client.handle(now, from, Bytes::from(d));
+                    }
+                }
+            }
+            7..=9 => {
+                // Genuine traffic both ways, a bounded number of datagrams.
+                for _ in 0..=arg / 4 {
+                    let mut moved = false;
+                    while let Some(Transmit { destination, size }) =
+                        client.poll_transmit(now, &mut buf)
+                    {
+                        if destination == server_addr {
+                            last[0] = buf[..size].to_vec();
+                            server.handle(now, client_addr, Bytes::copy_from_slice(&buf[..size]));
+                            moved = true;
+                        }
+                    }
+                    while let Some(Transmit { destination, size }) =
+                        server.poll_transmit(now, &mut buf)
+                    {
+                        if destination == client_addr {
+                            last[1] = buf[..size].to_vec();
+                            client.handle(now, server_addr, Bytes::copy_from_slice(&buf[..size]));
+                            moved = true;
+                        }
+                    }
+                    if !moved {
+                        break;
+                    }
+                }
+            }
+            10 | 11 => {
+                // The clock: up to ~1 s in ms steps, or up to ~64 s.
+                now += if op & 1 == 0 {
+                    Duration::from_millis(u64::from(arg) * 4)
+                } else {
+                    Duration::from_millis(u64::from(arg) * 250)
+                };
+                server.handle_timeout(now);
+                client.handle_timeout(now);
+            }
+            12 | 13 => {
+                let (ep, conns) = if to_server {
+                    (&mut server, &server_conns)
+                } else {
+                    (&mut client, &client_conns)
+                };
+                if let Some(&conn) = conns.get(usize::from(arg) % conns.len().max(1)) {
+                    let size = usize::from(take(&mut script, 1).first().copied().unwrap_or(0)) * 97;
+                    let reliability = Reliability::ALL[usize::from(arg) % 8];
+                    let payload = Bytes::from(vec![0x86; size.max(1)]);
+                    let opts = SendOptions {
+                        reliability,
+                        channel: arg % 32,
+                        priority: crate::Priority::High,
+                    };
+                    let _ = ep.send(now, conn, payload, opts);
+                }
+            }
+            14 => match arg % 6 {
+                0 => client_conns.first().map_or((), |&c| client.close(now, c)),
+                1 => server_conns.first().map_or((), |&c| server.close(now, c)),
+                2 => client_conns.extend(client.connect(now, server_addr)),
+                3 => client.ping(now, server_addr),
+                4 => server.ban(now, from.ip(), Some(Duration::from_millis(u64::from(arg)))),
+                _ => server.shutdown(now),
+            },
+            _ => {
+                server.set_suspended(arg & 1 != 0);
+                server.set_max_connections(usize::from(arg % 8).min(MAX_CONNECTIONS));
+            }
+        }
+        while let Some(e) = server.poll_event() {
+            match e {
+                Event::Connected { conn, .. } => {
+                    reach.connections += 1;
+                    server_conns.push(conn);
+                }
+                Event::Message { .. } => reach.messages += 1,
+                _ => {}
+            }
+        }
+        while let Some(e) = client.poll_event() {
+            if let Event::Message { .. } = e {
+                reach.messages += 1;
+            }
+        }
+        server_conns.truncate(64);
+        client_conns.truncate(64);
+        assert!(server.stats().connections <= MAX_CONNECTIONS);
+        let _ = server.poll_timeout();
+        let _ = client.poll_timeout();
+    }
+    reach
+}
+
+/// What an [`endpoint`] script reached.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointFuzzReach {
+    /// Connections the server accepted.
+    pub connections: usize,
+    /// Messages delivered, both ways.
+    pub messages: usize,
+}

@@ -53,3 +53,10 @@ fn connected_message_seeds() {
 fn address_seeds() {
     run_seeds("address", raknet_proto::fuzzing::address);
 }
+
+#[test]
+fn endpoint_seeds() {
+    run_seeds("endpoint", |data| {
+        raknet_proto::fuzzing::endpoint(data);
+    });
+}
