@@ -231,7 +231,7 @@ defmodule RakNet do
     do: {:error, :not_binary}
 
   def broadcast(connections, reliability, message, opts) when is_list(connections) do
-    with {:ok, channel, priority} <- RakNet.Connection.check_send(reliability, opts) do
+    with {:ok, channel, priority} <- RakNet.Connection.check_send(reliability, opts, :broadcast) do
       queue(connections, reliability, channel, priority, message)
     end
   end

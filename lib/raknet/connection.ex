@@ -135,15 +135,17 @@ defmodule RakNet.Connection do
   end
 
   # What send/4 and the broadcasts check before the runtime is handed a message: the
-  # reliability, and the channel and priority the options give. Packet.send/4 and
-  # Packet.broadcast/4 check it before a message goes to another node, where an error could
-  # only drop it.
+  # reliability (for a broadcast, none with a receipt: a receipt belongs to one send), and
+  # the channel and priority the options give. Packet.send/4 and Packet.broadcast/4 check it
+  # before a message goes to another node, where an error could only drop it.
   @doc false
-  @spec check_send(term(), term()) :: {:ok, 0..31, atom()} | {:error, term()}
-  def check_send(reliability, opts) do
+  @spec check_send(term(), term(), :send | :broadcast) ::
+          {:ok, 0..31, atom()} | {:error, term()}
+  def check_send(reliability, opts, kind \\ :send) do
     with {:ok, channel, priority} <- send_options(opts) do
       cond do
         not Reliability.valid?(reliability) -> {:error, :bad_reliability}
+        kind == :broadcast and Reliability.receipt?(reliability) -> {:error, :bad_reliability}
         not (is_integer(channel) and channel in 0..31) -> {:error, :bad_channel}
         priority not in @priorities -> {:error, :bad_priority}
         true -> {:ok, channel, priority}

@@ -184,8 +184,9 @@ defmodule RakNet.Packet do
   `send/4`: a process that needs both in order can broadcast to `[connection]`.
 
   Returns `{:ok, count}`: the local connections it was queued for plus the remote ones it was
-  handed on for (their closed connections are skipped there, uncounted). A bad reliability,
-  channel or priority, or an unknown option, is an error before anything is sent.
+  handed on for (their closed connections are skipped there, uncounted). A bad reliability
+  (the `*_ack_receipt` ones included, as for `RakNet.broadcast/4`), channel or priority, or
+  an unknown option, is an error before anything is sent.
 
       {:ok, _} = RakNet.Packet.broadcast(players, :unreliable_sequenced, %MyGame.Packets.Moved{...})
   """
@@ -193,7 +194,8 @@ defmodule RakNet.Packet do
           {:ok, non_neg_integer()} | {:error, term()}
   def broadcast(connections, reliability, packet, opts \\ []) do
     # Checked before any node is handed the message, which could only drop it.
-    with {:ok, _channel, _priority} <- RakNet.Connection.check_send(reliability, opts),
+    with {:ok, _channel, _priority} <-
+           RakNet.Connection.check_send(reliability, opts, :broadcast),
          {:ok, message} <- encode(packet) do
       connections
       |> Enum.group_by(&node/1)

@@ -185,9 +185,12 @@ defmodule RakNet.Server do
   def broadcast(server, reliability, message, opts \\ [])
 
   def broadcast(server, reliability, message, opts) when is_list(opts) do
-    # Options that are no keyword list are named by RakNet.broadcast/4's error.
+    # Options that are no keyword list are named by RakNet.broadcast/4's error (without
+    # :except, the one it does not know).
     {except, opts} =
-      if Keyword.keyword?(opts), do: Keyword.pop(opts, :except, []), else: {[], opts}
+      if Keyword.keyword?(opts),
+        do: Keyword.pop(opts, :except, []),
+        else: {[], Enum.reject(opts, &match?({:except, _}, &1))}
 
     handles = RakNet.Connection.Registry.handles(whereis!(server))
 

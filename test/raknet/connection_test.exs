@@ -83,6 +83,9 @@ defmodule RakNet.ConnectionTest do
       assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, [nil, except: [server_side]]) ==
                {:error, {:unknown_option, nil}}
 
+      assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, [{:except, []}, :foo]) ==
+               {:error, {:unknown_option, :foo}}
+
       # :except takes one connection as well as a list.
       assert RakNet.Server.broadcast(server, :reliable, <<0x86>>, except: server_side) ==
                {:ok, 0}

@@ -229,6 +229,12 @@ defmodule RakNet.PacketRouterTest do
         assert Packet.send(connection, reliability, note, opts) == {:error, error}
       end
 
+      # A receipt belongs to one send: no broadcast takes a receipt reliability, remote or not.
+      for connections <- [[remote], [connection], [connection, remote]] do
+        assert Packet.broadcast(connections, :reliable_ack_receipt, note) ==
+                 {:error, :bad_reliability}
+      end
+
       assert Packet.send(connection, :reliable, note, chanel: 3) ==
                {:error, {:unknown_option, :chanel}}
 

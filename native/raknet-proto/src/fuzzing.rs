@@ -112,29 +112,33 @@ pub fn address(data: &[u8]) {
     }
 }
 
-/// Drive a server endpoint and a client endpoint that connects to it with a script: datagrams
-/// of arbitrary bytes or genuine ones with a byte changed (from the peer's address, the
-/// other's, or strangers'), genuine traffic, clock steps, sends, closes, pings and bans. The
-/// first byte picks the configuration (cookies, protocol, datagram timestamps, congestion
-/// controller). Neither endpoint may panic, and the server stays within its connection limit.
+/// Drive a server endpoint and two client endpoints that connect to it (from one IP) with a
+/// script: datagrams of arbitrary bytes or genuine ones with a byte changed (from the peer's
+/// address, the other's, or strangers'), genuine traffic, clock steps, sends, closes, pings,
+/// bans and limit changes. The first byte picks the configuration (cookies, protocol,
+/// datagram timestamps, congestion controller). No endpoint may panic, and the server never
+/// holds more connections than its limit (one, of the two clients).
 ///
 /// Returns what the script reached, so that tests can check their scripts go deep enough.
 pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
-    use crate::{CongestionControl, Endpoint, EndpointConfig, Event, Limits, Reliability};
-    use crate::{SendOptions, Transmit};
+    use crate::{CongestionControl, Endpoint, EndpointConfig, Event, Limits, Priority};
+    use crate::{Reliability, SendOptions, Transmit};
     use std::net::SocketAddr;
     use std::time::{Duration, Instant};
 
-    const MAX_CONNECTIONS: usize = 4;
+    const MAX_CONNECTIONS: usize = 1;
     let mut reach = EndpointFuzzReach::default();
     let Some((&flags, mut script)) = data.split_first() else {
         return reach;
     };
     let server_addr = SocketAddr::from(([10, 0, 0, 1], 19132));
-    let client_addr = SocketAddr::from(([10, 0, 0, 2], 50000));
+    let client_addrs = [
+        SocketAddr::from(([10, 0, 0, 2], 50000)),
+        SocketAddr::from(([10, 0, 0, 2], 50001)),
+    ];
     let strangers = [
         SocketAddr::from(([10, 0, 0, 3], 1)),
-        SocketAddr::from(([10, 0, 0, 2], 50001)),
+        SocketAddr::from(([10, 0, 0, 2], 50002)),
         SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1], 7)),
     ];
     let config = |accept_incoming: bool, seed: u64| EndpointConfig {
@@ -155,16 +159,19 @@ pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
         },
         ..EndpointConfig::default()
     };
-    let start = Instant::now();
-    let mut now = start;
+    let mut now = Instant::now();
     let mut server = Endpoint::new(config(true, 1), server_addr, now);
-    let mut client = Endpoint::new(config(false, 2), client_addr, now);
-    let mut client_conns = client
-        .connect(now, server_addr)
-        .into_iter()
-        .collect::<Vec<_>>();
+    let mut clients = [
+        Endpoint::new(config(false, 2), client_addrs[0], now),
+        Endpoint::new(config(false, 3), client_addrs[1], now),
+    ];
+    // Live connections: the server's, and each client's.
     let mut server_conns = Vec::new();
-    // The last genuine datagram each way: [to the server, to the client].
+    let mut client_conns: [Vec<_>; 2] = [Vec::new(), Vec::new()];
+    for (c, conns) in clients.iter_mut().zip(&mut client_conns) {
+        conns.extend(c.connect(now, server_addr));
+    }
+    // The last genuine datagram each way: [to the server, to a client].
     let mut last: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
     let mut buf = Vec::new();
 
@@ -173,14 +180,20 @@ pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
         *script = tail;
         head
     }
+    fn byte(script: &mut &[u8]) -> u8 {
+        take(script, 1).first().copied().unwrap_or(0)
+    }
     while let Some(&op) = take(&mut script, 1).first() {
-        let arg = take(&mut script, 1).first().copied().unwrap_or(0);
+        let arg = byte(&mut script);
+        // Low nibble: the step; 0x10: towards a client (else the server); the top three
+        // bits: which client (their low bit), and 5..=7 a stranger as the sender.
         let to_server = op & 0x10 == 0;
-        // The sender's address: the peer's own, or one of the strangers'.
-        let from = match op >> 5 {
-            0..=4 if to_server => client_addr,
-            0..=4 => server_addr,
-            k => strangers[usize::from(k - 5)],
+        let k = usize::from(op >> 5);
+        let who = k & 1;
+        let from = match k {
+            5..=7 => strangers[k - 5],
+            _ if to_server => client_addrs[who],
+            _ => server_addr,
         };
         match op & 0x0f {
             0..=3 => {
@@ -188,7 +201,7 @@ pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
                 if to_server {
                     server.handle(now, from, bytes);
                 } else {
-                    client.handle(now, from, bytes);
+                    clients[who].handle(now, from, bytes);
                 }
             }
             4..=6 => {
@@ -199,29 +212,32 @@ pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
                     if to_server {
                         server.handle(now, from, Bytes::from(d));
                     } else {
-                        client.handle(now, from, Bytes::from(d));
+                        clients[who].handle(now, from, Bytes::from(d));
                     }
                 }
             }
             7..=9 => {
-                // Genuine traffic both ways, a bounded number of datagrams.
+                // Genuine traffic every way, a bounded number of rounds.
                 for _ in 0..=arg / 4 {
                     let mut moved = false;
-                    while let Some(Transmit { destination, size }) =
-                        client.poll_transmit(now, &mut buf)
-                    {
-                        if destination == server_addr {
-                            last[0] = buf[..size].to_vec();
-                            server.handle(now, client_addr, Bytes::copy_from_slice(&buf[..size]));
-                            moved = true;
+                    for (c, &addr) in clients.iter_mut().zip(&client_addrs) {
+                        while let Some(Transmit { destination, size }) =
+                            c.poll_transmit(now, &mut buf)
+                        {
+                            if destination == server_addr {
+                                last[0] = buf[..size].to_vec();
+                                server.handle(now, addr, Bytes::copy_from_slice(&buf[..size]));
+                                moved = true;
+                            }
                         }
                     }
                     while let Some(Transmit { destination, size }) =
                         server.poll_transmit(now, &mut buf)
                     {
-                        if destination == client_addr {
+                        if let Some(i) = client_addrs.iter().position(|&a| a == destination) {
                             last[1] = buf[..size].to_vec();
-                            client.handle(now, server_addr, Bytes::copy_from_slice(&buf[..size]));
+                            let d = Bytes::copy_from_slice(&buf[..size]);
+                            clients[i].handle(now, server_addr, d);
                             moved = true;
                         }
                     }
@@ -238,32 +254,49 @@ pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
                     Duration::from_millis(u64::from(arg) * 250)
                 };
                 server.handle_timeout(now);
-                client.handle_timeout(now);
+                for c in &mut clients {
+                    c.handle_timeout(now);
+                }
             }
             12 | 13 => {
                 let (ep, conns) = if to_server {
                     (&mut server, &server_conns)
                 } else {
-                    (&mut client, &client_conns)
+                    (&mut clients[who], &client_conns[who])
                 };
                 if let Some(&conn) = conns.get(usize::from(arg) % conns.len().max(1)) {
-                    let size = usize::from(take(&mut script, 1).first().copied().unwrap_or(0)) * 97;
-                    let reliability = Reliability::ALL[usize::from(arg) % 8];
-                    let payload = Bytes::from(vec![0x86; size.max(1)]);
+                    let size = usize::from(byte(&mut script)) * 97;
+                    let route = byte(&mut script);
                     let opts = SendOptions {
-                        reliability,
-                        channel: arg % 32,
-                        priority: crate::Priority::High,
+                        reliability: Reliability::ALL[usize::from(arg) % 8],
+                        channel: route % 32,
+                        priority: [
+                            Priority::Immediate,
+                            Priority::High,
+                            Priority::Medium,
+                            Priority::Low,
+                        ][usize::from(route >> 5) % 4],
                     };
-                    let _ = ep.send(now, conn, payload, opts);
+                    let _ = ep.send(now, conn, Bytes::from(vec![0x86; size.max(1)]), opts);
                 }
             }
             14 => match arg % 6 {
-                0 => client_conns.first().map_or((), |&c| client.close(now, c)),
-                1 => server_conns.first().map_or((), |&c| server.close(now, c)),
-                2 => client_conns.extend(client.connect(now, server_addr)),
-                3 => client.ping(now, server_addr),
-                4 => server.ban(now, from.ip(), Some(Duration::from_millis(u64::from(arg)))),
+                0 => {
+                    if let Some(&c) = client_conns[who].last() {
+                        clients[who].close(now, c);
+                    }
+                }
+                1 => {
+                    if let Some(&c) = server_conns.last() {
+                        server.close(now, c);
+                    }
+                }
+                2 => client_conns[who].extend(clients[who].connect(now, server_addr)),
+                3 => clients[who].ping(now, server_addr),
+                4 => {
+                    let duration = (arg & 0x80 == 0).then(|| Duration::from_millis(u64::from(arg)));
+                    server.ban(now, from.ip(), duration);
+                }
                 _ => server.shutdown(now),
             },
             _ => {
@@ -278,19 +311,24 @@ pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
                     server_conns.push(conn);
                 }
                 Event::Message { .. } => reach.messages += 1,
+                Event::Disconnected { conn, .. } => server_conns.retain(|&c| c != conn),
                 _ => {}
             }
         }
-        while let Some(e) = client.poll_event() {
-            if let Event::Message { .. } = e {
-                reach.messages += 1;
+        for (c, conns) in clients.iter_mut().zip(&mut client_conns) {
+            while let Some(e) = c.poll_event() {
+                match e {
+                    Event::Message { .. } => reach.messages += 1,
+                    Event::Disconnected { conn, .. } => conns.retain(|&c| c != conn),
+                    _ => {}
+                }
             }
         }
-        server_conns.truncate(64);
-        client_conns.truncate(64);
         assert!(server.stats().connections <= MAX_CONNECTIONS);
         let _ = server.poll_timeout();
-        let _ = client.poll_timeout();
+        for c in &mut clients {
+            let _ = c.poll_timeout();
+        }
     }
     reach
 }

@@ -31,7 +31,7 @@ fn the_handshake_prefix_connects_in_every_configuration() {
         let mut data = vec![flags];
         data.extend(HANDSHAKE);
         // The server sends on its connection, the client on its own, then traffic.
-        data.extend([0x0c, 3, 1, 0x1c, 3, 1, 0x07, 0xff]);
+        data.extend([0x0c, 3, 1, 0, 0x1c, 3, 1, 0, 0x07, 0xff]);
         let reach = raknet_proto::fuzzing::endpoint(&data);
         assert_eq!(reach.connections, 1, "flags {flags:#x}: {reach:?}");
         assert_eq!(reach.messages, 2, "flags {flags:#x}: {reach:?}");
