@@ -369,6 +369,10 @@ pub(crate) struct Driver {
     /// Sends carried out on a caller's thread, and those of them that woke the thread.
     inline_sends: u64,
     inline_wakeups: u64,
+    /// Receive calls that found nothing right after calls of the same turn that read
+    /// datagrams: a batch that came back short has emptied the socket and ends the reading,
+    /// so only one that came back exactly full (more might have waited) is followed by one.
+    recv_trailing_empty: u64,
     /// Outgoing connections reported ended whose engine state still holds the server's
     /// address (draining: acknowledging the peer's last datagrams). The address is given
     /// back to `EndpointResource::servers` once the engine forgot it: until then the socket
@@ -419,6 +423,7 @@ impl Driver {
             armed: None,
             inline_sends: 0,
             inline_wakeups: 0,
+            recv_trailing_empty: 0,
             draining: Vec::new(),
             send_waits: 0,
             batched: Vec::new(),
@@ -486,11 +491,14 @@ impl Driver {
     /// engine; `before` runs after each read, before its datagrams are handled.
     fn receive(&mut self, before: &mut dyn FnMut(&mut Driver)) {
         let mut inbox = std::mem::take(&mut self.inbox);
-        let mut read = 0;
+        let (mut read, mut got_data) = (0, false);
         while read < RECV_BATCH {
             let drained = match self.socket.try_recv_batch(&mut inbox) {
                 Ok(drained) => drained,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.recv_trailing_empty += u64::from(got_data);
+                    break;
+                }
                 // ICMP port unreachable and the like surface here on Linux: not fatal.
                 Err(_) => {
                     read += 1;
@@ -498,6 +506,7 @@ impl Driver {
                 }
             };
             read += inbox.len().max(1);
+            got_data = true;
             before(self);
             for Received { data, from, local } in inbox.drain(..) {
                 self.endpoint.handle(Instant::now(), from, data);
@@ -759,6 +768,7 @@ impl Driver {
                     ("send_buffer_bytes", self.me.buffers.1 as u64),
                     ("udp_datagrams_in", udp.datagrams_in),
                     ("udp_recv_calls", udp.recv_calls),
+                    ("udp_recv_trailing_empty", self.recv_trailing_empty),
                     ("udp_datagrams_out", udp.datagrams_out),
                     ("udp_send_calls", udp.send_calls),
                     ("udp_gso_sends", udp.gso_sends),

@@ -233,6 +233,8 @@ pub(crate) struct Counters {
 /// room to write is waited for, rarely, through a duplicate registered for writes only while
 /// it is needed. Elsewhere tokio's `UdpSocket` does both.
 pub(crate) struct Sock {
+    /// Receive system calls made: a read the runtime knows would block makes none.
+    reads: std::sync::atomic::AtomicU64,
     #[cfg(unix)]
     io: tokio::io::unix::AsyncFd<std::net::UdpSocket>,
     #[cfg(not(unix))]
@@ -252,12 +254,16 @@ impl Sock {
         {
             let io =
                 tokio::io::unix::AsyncFd::with_interest(socket, tokio::io::Interest::READABLE)?;
-            Ok(Self { io })
+            Ok(Self {
+                reads: Default::default(),
+                io,
+            })
         }
         #[cfg(not(unix))]
         {
             let raw = socket.try_clone()?;
             Ok(Self {
+                reads: Default::default(),
                 io: tokio::net::UdpSocket::from_std(socket)?,
                 raw,
             })
@@ -278,11 +284,21 @@ impl Sock {
         &self,
         f: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>,
     ) -> io::Result<R> {
+        let counted = |socket: &std::net::UdpSocket| {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            f(socket)
+        };
         #[cfg(unix)]
-        return self.io.try_io(tokio::io::Interest::READABLE, f);
+        return self.io.try_io(tokio::io::Interest::READABLE, counted);
         #[cfg(not(unix))]
         self.io
-            .try_io(tokio::io::Interest::READABLE, || f(&self.raw))
+            .try_io(tokio::io::Interest::READABLE, || counted(&self.raw))
+    }
+
+    /// Receive system calls made so far.
+    pub(crate) fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A write, now (`WouldBlock` when the send buffer is full).
@@ -418,7 +434,10 @@ impl Udp {
     }
 
     pub(crate) fn counters(&self) -> Counters {
-        self.counters
+        Counters {
+            recv_calls: self.socket.reads(),
+            ..self.counters
+        }
     }
 
     /// The socket, for waiting on its readiness.
@@ -437,7 +456,6 @@ impl Udp {
             match sys::recv_many(&self.socket, self.pktinfo, &mut self.bufs, out) {
                 Err(e) if e.raw_os_error() == Some(nix::libc::ENOSYS) => self.mmsg = false,
                 done => {
-                    self.counters.recv_calls += 1;
                     let (got, drained) = done?;
                     self.counters.datagrams_in += got as u64;
                     // A full batch: more are probably waiting; read more per call next time.
@@ -450,7 +468,6 @@ impl Udp {
                 }
             }
         }
-        self.counters.recv_calls += 1;
         let mut bufs = std::mem::take(&mut self.bufs);
         let buf = bufs.first_mut().map(Vec::as_mut_slice).unwrap_or(&mut []);
         let got = self.try_recv(buf).map(|(n, from, local)| Received {
