@@ -108,7 +108,7 @@ fuzz: deps
 		echo "==> fuzzing $$t for $(FUZZ_SECONDS) s"; \
 		set -o pipefail; RUSTC_BOOTSTRAP=1 cargo fuzz run -O --fuzz-dir native/fuzz $$t \
 			native/fuzz/corpus/$$t native/fuzz/seeds/$$t -- \
-			-max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | grep -E '^(#[0-9]+ +DONE|==[0-9]+==|thread)' || exit 1; \
+			-max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 2>&1 | grep -E '^(#[0-9]+[[:space:]]+DONE|==[0-9]+==|thread)' || exit 1; \
 	done
 
 venv:
