@@ -160,14 +160,15 @@ defmodule RakNet.Packet do
   @spec send(RakNet.Connection.t(), atom(), t(), keyword()) ::
           RakNet.Connection.send_result() | {:error, error() | {:not_a_packet, term()}}
   def send(connection, reliability, packet, opts \\ []) do
-    # Checked here too: a connection on another node could only drop a bad send.
-    with {:ok, _channel, _priority} <- RakNet.Connection.check_send(reliability, opts),
-         {:ok, message} <- encode(packet) do
+    with {:ok, message} <- encode(packet) do
       if is_reference(connection) or node(connection) == node() do
         RakNet.Connection.send(connection, reliability, message, opts)
       else
-        Kernel.send(connection, {:raknet_packet_send, reliability, message, opts})
-        {:ok, nil}
+        # Checked here: the connection's node could only drop a bad send.
+        with {:ok, _channel, _priority} <- RakNet.Connection.check_send(reliability, opts) do
+          Kernel.send(connection, {:raknet_packet_send, reliability, message, opts})
+          {:ok, nil}
+        end
       end
     end
   end

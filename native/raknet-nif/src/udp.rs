@@ -213,6 +213,7 @@ pub(crate) enum Gso {
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Counters {
     pub(crate) datagrams_in: u64,
+    /// Filled in by [`Udp::counters`] from the socket's own count ([`Sock::reads`]).
     pub(crate) recv_calls: u64,
     pub(crate) datagrams_out: u64,
     pub(crate) send_calls: u64,
