@@ -77,10 +77,12 @@ soak: deps
 	cargo build --release -p raknet-bench --bin raknet-load --bin raknet-relay
 	$(MIX) run bench/soak.exs </dev/null
 
+# The bench Mix environment consolidates protocols, as a release does (dev does not, so that
+# scripts can implement RakNet.Client at run time), and compiles bench/support.
 bench: deps venv
 	cargo build --release -p raknet-bench
-	$(MIX) run bench/run.exs </dev/null
-	$(MIX) run bench/packet.exs </dev/null
+	MIX_ENV=bench $(MIX) run bench/run.exs </dev/null
+	MIX_ENV=bench $(MIX) run bench/packet.exs </dev/null
 
 # The example server runs in the background on a free port (and port + 1 for IPv6) and is stopped
 # on exit, also on failure or Ctrl-C. Its log goes to a temporary file, shown if the tool fails.

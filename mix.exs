@@ -19,7 +19,7 @@ defmodule RakNet.MixProject do
       elixirc_paths: elixirc_paths(Mix.env()),
       start_permanent: Mix.env() == :prod,
       # Scripts such as examples/*.exs implement RakNet.Client at run time; consolidated
-      # protocols would ignore them. Test and prod builds consolidate as usual.
+      # protocols would ignore them. Test, bench and prod builds consolidate as usual.
       consolidate_protocols: Mix.env() != :dev,
       deps: [],
       description: "RakNet (UDP game networking protocol) for Elixir, backed by a Rust NIF"
@@ -30,9 +30,14 @@ defmodule RakNet.MixProject do
     [extra_applications: [:logger], mod: {RakNet.Application, []}]
   end
 
-  # bench/support (the soak run shared by `make soak` and its short variant in `mix test`) is
-  # compiled in dev and test only: apps that depend on raknet build it in prod, without it.
+  # bench/support (the soak run shared by `make soak` and its short variant in `mix test`, and
+  # `make bench`'s handler) is compiled in dev, test and bench only: apps that depend on raknet
+  # build it in prod, without it. `make bench` runs in the bench environment: consolidated
+  # protocols, as in a release, with bench/support.
   defp elixirc_paths(:test), do: elixirc_paths(:prod) ++ ["bench/support", "test/support"]
-  defp elixirc_paths(:dev), do: elixirc_paths(:prod) ++ ["bench/support"]
+
+  defp elixirc_paths(env) when env in [:dev, :bench],
+    do: elixirc_paths(:prod) ++ ["bench/support"]
+
   defp elixirc_paths(_env), do: ["lib/raknet.ex", "lib/raknet"]
 end

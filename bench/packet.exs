@@ -1,6 +1,6 @@
 # `make bench` (after bench/run.exs): packet decode + route + cast, against hand-written code.
 #
-#   mix run bench/packet.exs
+#   MIX_ENV=bench mix run bench/packet.exs
 #
 # Per message: what RakNet.Packet.Handler does for each message a connection receives
 # (RakNet.Packet.Set decode, RakNet.Packet.Router target, RakNet.Packet.Registry look-up,
