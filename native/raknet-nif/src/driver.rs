@@ -81,6 +81,9 @@ struct Slot {
     /// The server of an outgoing connection, claimed in `EndpointResource::servers` until
     /// the connection ends.
     server: Option<SocketAddr>,
+    /// Bytes of sends handed to the engine and not yet taken off `res.pending_bytes` (see
+    /// [`Driver::settle`]).
+    unsettled: usize,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -218,16 +221,28 @@ impl Shared {
         // ping, a send before the peer's ACK. And again after each read from the socket,
         // before its datagrams: a command enqueued before a datagram was sent (a limit set
         // before a client connected) is visible by the time the datagram is read.
+        //
+        // The shared counters are brought up to date once per batch rather than per command
+        // (`queued` here, the connections' send budgets in `settle`): the BEAM processes
+        // sending meanwhile write the same cache lines, which moved between cores on every
+        // command otherwise. Inline sends cannot tell the difference: they need the driver,
+        // held here until the turn ends.
         let mut applied = 0;
         let mut apply = |driver: &mut Driver| {
             while let Ok(cmd) = rx.try_recv() {
                 cmds.push(cmd);
             }
-            for cmd in cmds.drain(..) {
-                self.queued.fetch_sub(1, Ordering::SeqCst);
-                applied += 1;
-                driver.command(cmd);
+            if cmds.is_empty() {
+                return;
             }
+            let now = Instant::now();
+            let batch = cmds.len();
+            for cmd in cmds.drain(..) {
+                driver.command(now, cmd);
+            }
+            driver.settle();
+            self.queued.fetch_sub(batch, Ordering::SeqCst);
+            applied += batch as u64;
         };
         apply(driver);
         driver.receive(&mut apply);
@@ -382,6 +397,8 @@ pub(crate) struct Driver {
     send_waits: u64,
     /// Connections with messages in their `batch` (batch delivery only).
     batched: Vec<ConnId>,
+    /// Connections with `unsettled` send bytes (see [`Driver::settle`]).
+    unsettled: Vec<ConnId>,
     log_window: Instant,
     log_lines: u32,
     log_suppressed: u64,
@@ -427,6 +444,7 @@ impl Driver {
             draining: Vec::new(),
             send_waits: 0,
             batched: Vec::new(),
+            unsettled: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
             log_suppressed: 0,
@@ -471,6 +489,7 @@ impl Driver {
         if let Some(lost) = self.apply_send(now, key, data, opts, receipt) {
             self.lost.push(lost);
         }
+        self.settle();
         // One batch at most: a scheduler thread is not the place for another connection's
         // bulk transfer, which the endpoint thread sends (it is woken for it).
         let sent_all = self.transmit(now, 1);
@@ -567,10 +586,11 @@ impl Driver {
     ) -> Option<(LocalPid, ResourceArc<ConnResource>, u32)> {
         let &id = self.keys.get(&key)?;
         let slot = self.conns.get_mut(&id)?;
-        slot.res
-            .pending_bytes
-            .fetch_sub(data.len(), Ordering::Relaxed);
-        let lost = match self.endpoint.send(now, id, data, opts) {
+        if slot.unsettled == 0 {
+            self.unsettled.push(id);
+        }
+        slot.unsettled += data.len();
+        match self.endpoint.send(now, id, data, opts) {
             Ok(Some(engine_id)) => {
                 if let Some(user_id) = receipt {
                     slot.receipts.insert(engine_id, user_id);
@@ -584,13 +604,26 @@ impl Driver {
                     .zip(slot.owner)
                     .map(|(user_id, pid)| (pid, slot.res.clone(), user_id))
             }
-        };
-        self.update_backlog(id);
-        lost
+        }
     }
 
-    fn command(&mut self, cmd: Command) {
-        let now = Instant::now();
+    /// Take the bytes of the sends applied since the last call off their connections'
+    /// `pending_bytes`, and publish those connections' backlogs: once per batch of commands
+    /// (see `Shared::turn`). Until then `conn_send` counts those bytes as pending: a budget
+    /// checked against a little more than is queued, for the moment the batch takes.
+    fn settle(&mut self) {
+        let mut ids = std::mem::take(&mut self.unsettled);
+        for id in ids.drain(..) {
+            if let Some(slot) = self.conns.get_mut(&id) {
+                let bytes = std::mem::take(&mut slot.unsettled);
+                slot.res.pending_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            }
+            self.update_backlog(id);
+        }
+        self.unsettled = ids;
+    }
+
+    fn command(&mut self, now: Instant, cmd: Command) {
         match cmd {
             Command::Send {
                 key,
@@ -610,13 +643,13 @@ impl Driver {
                     let Some(slot) = self.conns.get_mut(&id) else {
                         continue;
                     };
-                    slot.res
-                        .pending_bytes
-                        .fetch_sub(data.len(), Ordering::Relaxed);
+                    if slot.unsettled == 0 {
+                        self.unsettled.push(id);
+                    }
+                    slot.unsettled += data.len();
                     if self.endpoint.send(now, id, data.clone(), opts).is_err() {
                         slot.dropped += 1;
                     }
-                    self.update_backlog(id);
                 }
             }
             Command::Close { key, reason } => {
@@ -1347,6 +1380,7 @@ impl Slot {
             close_reason: None,
             batch: Vec::new(),
             server: None,
+            unsettled: 0,
         }
     }
 }
