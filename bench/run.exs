@@ -638,10 +638,6 @@ defmodule Bench do
   end
 
   @doc """
-  The server socket's datagrams per receive and per send system call (recvmmsg / sendmmsg
-  batch up to 32), `[in, out]`; `nil` from a NIF without these counters.
-  """
-  @doc """
   The server's sends carried out on the sender's scheduler: `[share of all sends, share of
   those that still had to wake the endpoint thread]`.
   """
@@ -655,6 +651,10 @@ defmodule Bench do
       do: [Float.round(inline / (inline + queued), 2), Float.round(woke / max(inline, 1), 2)]
   end
 
+  @doc """
+  The server socket's datagrams per receive and per send system call (recvmmsg / sendmmsg
+  batch up to 32), `[in, out]`; `nil` from a NIF without these counters.
+  """
   def datagrams_per_syscall(sup) do
     case RakNet.Server.info(sup).endpoints do
       [%{stats: %{udp_recv_calls: r, udp_send_calls: s} = st} | _] when r > 0 and s > 0 ->
