@@ -37,6 +37,11 @@ deps:
 		$(SUDO) apt-get update && \
 			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y elixir erlang-dev erlang-nox; \
 	fi
+	@if ! command -v cc >/dev/null 2>&1; then \
+		echo "==> no C compiler (Rust links with it; the NIF's allocator, mimalloc, is C); installing build-essential from apt"; \
+		$(SUDO) apt-get update && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y build-essential; \
+	fi
 	@if ! command -v cargo >/dev/null 2>&1; then \
 		echo "error: cargo not found. Install Rust with rustup (https://rustup.rs):" >&2; \
 		echo "    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y" >&2; \

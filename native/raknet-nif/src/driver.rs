@@ -611,14 +611,19 @@ impl Driver {
     /// `pending_bytes`, and publish those connections' backlogs: once per batch of commands
     /// (see `Shared::turn`). Until then `conn_send` counts those bytes as pending: a budget
     /// checked against a little more than is queued, for the moment the batch takes.
+    ///
+    /// The backlog (which now holds those bytes) is published first, and the bytes leave
+    /// `pending_bytes` with `Release`, which `conn_send` reads with `Acquire` before the
+    /// backlog: a check that sees them gone sees them in the backlog, so the two are never
+    /// both short of them.
     fn settle(&mut self) {
         let mut ids = std::mem::take(&mut self.unsettled);
         for id in ids.drain(..) {
+            self.update_backlog(id);
             if let Some(slot) = self.conns.get_mut(&id) {
                 let bytes = std::mem::take(&mut slot.unsettled);
-                slot.res.pending_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                slot.res.pending_bytes.fetch_sub(bytes, Ordering::Release);
             }
-            self.update_backlog(id);
         }
         self.unsettled = ids;
     }
@@ -951,6 +956,10 @@ impl Driver {
 
     fn forget(&mut self, id: ConnId) {
         if let Some(slot) = self.conns.remove(&id) {
+            // Sends of the current batch not settled yet (see `settle`).
+            slot.res
+                .pending_bytes
+                .fetch_sub(slot.unsettled, Ordering::Release);
             self.keys.remove(&slot.res.key);
         }
     }

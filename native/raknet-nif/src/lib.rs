@@ -637,7 +637,8 @@ fn conn_send<'a>(
     if len > conn.max_message_bytes {
         return error(env, atoms::too_large());
     }
-    let queued = conn.pending_bytes.load(Ordering::Relaxed) + conn.backlog.load(Ordering::Relaxed);
+    // Pending bytes first, with Acquire: see `Driver::settle`.
+    let queued = conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
     if queued + len > conn.max_send_bytes {
         return error(env, atoms::over_budget());
     }
@@ -701,7 +702,7 @@ fn broadcast<'a>(
             continue;
         }
         let backlog =
-            conn.pending_bytes.load(Ordering::Relaxed) + conn.backlog.load(Ordering::Relaxed);
+            conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
         if backlog + len > conn.max_send_bytes {
             continue;
         }
