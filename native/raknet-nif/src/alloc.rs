@@ -1,6 +1,7 @@
 //! The library's global allocator: mimalloc, counting the bytes Rust holds, so the native
 //! side's memory is visible from Elixir (`RakNet.native_memory/0`) the way `:erlang.memory/0`
-//! shows the BEAM's. One relaxed atomic add per allocation and free.
+//! shows the BEAM's. One relaxed atomic add per allocation and free, on a counter of the
+//! calling thread's own (see [`SHARDS`]).
 //!
 //! Why not the system allocator: a message's bytes are allocated on the scheduler that called
 //! `conn_send` and freed on the endpoint's thread once the peer acknowledged them. glibc's
@@ -16,23 +17,69 @@
 //! The count is of live bytes, not of the process's resident memory: mimalloc keeps freed
 //! pages per thread for a while before it returns them to the system.
 //!
+//! It is kept in [`SHARDS`] counters, each on a cache line of its own; a thread adds to the
+//! one it was given on its first allocation, and reading the count sums them. One shared
+//! counter was written by the sender's scheduler and the endpoint thread for every message,
+//! its cache line moving between the cores each time: sharded, scenario 1 (same runs)
+//! went from 1.60 M to 1.71 M messages a second. A thread may free what another allocated,
+//! so a shard can go below zero; the sum cannot.
+//!
 //! The crate's only `unsafe`: implementing `GlobalAlloc` requires it. Every method forwards to
 //! `MiMalloc` unchanged.
 
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 use mimalloc::MiMalloc;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// More than the threads that allocate in practice (schedulers, dirty schedulers, endpoint
+/// threads); beyond that, threads share shards, which stays correct.
+const SHARDS: usize = 64;
+
+/// A counter alone on its cache line (128 bytes: adjacent-line prefetching pairs lines).
+#[repr(align(128))]
+struct Shard(AtomicIsize);
+
+static LIVE: [Shard; SHARDS] = [const { Shard(AtomicIsize::new(0)) }; SHARDS];
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's shard (`usize::MAX`: none given yet). Constant-initialised and without
+    /// a destructor, so reading it never allocates.
+    static MY_SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
 
 pub(crate) struct Counting;
 
 /// Bytes currently allocated by Rust code in this library (all endpoints and connections).
 pub(crate) fn live_bytes() -> usize {
-    LIVE.load(Ordering::Relaxed)
+    let sum = LIVE
+        .iter()
+        .map(|shard| shard.0.load(Ordering::Relaxed))
+        .fold(0isize, isize::wrapping_add);
+    usize::try_from(sum).unwrap_or(0)
+}
+
+/// The calling thread's counter (the first one for a thread whose thread-locals are gone).
+fn shard() -> &'static AtomicIsize {
+    let index = MY_SHARD
+        .try_with(|mine| {
+            if mine.get() == usize::MAX {
+                mine.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+            }
+            mine.get()
+        })
+        .unwrap_or(0);
+    &LIVE[index].0
+}
+
+/// A size as a signed count: no allocation exceeds `isize::MAX` bytes.
+#[allow(clippy::cast_possible_wrap)]
+fn signed(size: usize) -> isize {
+    size as isize
 }
 
 // SAFETY: every call is forwarded to `MiMalloc` unchanged; the counter only observes sizes.
@@ -41,7 +88,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, passed on as is.
         let p = unsafe { MiMalloc.alloc(layout) };
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            shard().fetch_add(signed(layout.size()), Ordering::Relaxed);
         }
         p
     }
@@ -50,7 +97,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: as for `alloc`.
         let p = unsafe { MiMalloc.alloc_zeroed(layout) };
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            shard().fetch_add(signed(layout.size()), Ordering::Relaxed);
         }
         p
     }
@@ -58,15 +105,17 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` was allocated by this allocator (so by `MiMalloc`) with `layout`.
         unsafe { MiMalloc.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        shard().fetch_sub(signed(layout.size()), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: as for `dealloc`; on failure the old block is untouched and still counted.
         let p = unsafe { MiMalloc.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            LIVE.fetch_add(new_size, Ordering::Relaxed);
-            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            shard().fetch_add(
+                signed(new_size).wrapping_sub(signed(layout.size())),
+                Ordering::Relaxed,
+            );
         }
         p
     }
