@@ -586,10 +586,9 @@ impl Driver {
     ) -> Option<(LocalPid, ResourceArc<ConnResource>, u32)> {
         let &id = self.keys.get(&key)?;
         let slot = self.conns.get_mut(&id)?;
-        if slot.unsettled == 0 {
+        if slot.owe(data.len()) {
             self.unsettled.push(id);
         }
-        slot.unsettled += data.len();
         match self.endpoint.send(now, id, data, opts) {
             Ok(Some(engine_id)) => {
                 if let Some(user_id) = receipt {
@@ -619,11 +618,14 @@ impl Driver {
     fn settle(&mut self) {
         let mut ids = std::mem::take(&mut self.unsettled);
         for id in ids.drain(..) {
-            self.update_backlog(id);
-            if let Some(slot) = self.conns.get_mut(&id) {
-                let bytes = std::mem::take(&mut slot.unsettled);
-                slot.res.pending_bytes.fetch_sub(bytes, Ordering::Release);
+            let Some(slot) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            if let Some(backlog) = self.endpoint.send_backlog(id) {
+                slot.res.backlog.store(backlog, Ordering::Relaxed);
             }
+            let bytes = std::mem::take(&mut slot.unsettled);
+            slot.res.pending_bytes.fetch_sub(bytes, Ordering::Release);
         }
         self.unsettled = ids;
     }
@@ -648,10 +650,9 @@ impl Driver {
                     let Some(slot) = self.conns.get_mut(&id) else {
                         continue;
                     };
-                    if slot.unsettled == 0 {
+                    if slot.owe(data.len()) {
                         self.unsettled.push(id);
                     }
-                    slot.unsettled += data.len();
                     if self.endpoint.send(now, id, data.clone(), opts).is_err() {
                         slot.dropped += 1;
                     }
@@ -1373,6 +1374,14 @@ impl Drop for Driver {
 }
 
 impl Slot {
+    /// Count `bytes` of a send just handed to the engine, for [`Driver::settle`]; `true` when
+    /// they are the first since the last settle (the connection joins `Driver::unsettled`).
+    fn owe(&mut self, bytes: usize) -> bool {
+        let first = self.unsettled == 0;
+        self.unsettled += bytes;
+        first
+    }
+
     fn new(res: ResourceArc<ConnResource>, owner: Option<LocalPid>, role: Role) -> Self {
         Self {
             res,
