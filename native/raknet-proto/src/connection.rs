@@ -158,6 +158,16 @@ enum State {
 /// acknowledges every second segment), while sparse traffic still gets batched ACKs.
 const ACK_EVERY: usize = 16;
 
+// A sender whose window holds it back, with more queued, is acknowledged every
+// [`SLOW_START_ACK_EVERY`] datagrams too, in any phase: every datagram waiting for an ACK
+// was flagged "continuous send" (the sender had a backlog before each of them, and so before
+// the first after our last ACK). Its window opens only as ACKs come back, and a Reno window
+// under [`ACK_EVERY`] datagrams (random loss keeps it there) waited for the ACK delay each
+// round trip: over loopback, where the path's round trip is a fraction of a millisecond, the
+// delay became the round trip (16 MiB through a relay dropping 5 % each way took 17-19 s,
+// about 1 MB/s). A game tick's first datagram follows an idle moment, so its flag is clear and
+// the tick keeps its one ACK per delay.
+
 /// [`ACK_EVERY`] while the peer flags its data as sent in slow start with more queued (the
 /// datagram flags "needs B and AS" and "continuous send"): a window that grows by what each ACK
 /// acknowledges grows no faster than the ACKs come back, and while fewer than [`ACK_EVERY`]
@@ -311,6 +321,9 @@ pub(crate) struct Connection {
     /// The last datagram the peer sent in slow start with more queued: ACK every
     /// [`SLOW_START_ACK_EVERY`] datagrams.
     peer_ramping: bool,
+    /// Every datagram waiting for our ACK was flagged "continuous send": the peer is held
+    /// back by its window with more queued. ACK every [`SLOW_START_ACK_EVERY`] datagrams.
+    peer_backlogged: bool,
     /// Recently sent ACK ranges, repeated in the next ACKs (lost ACKs cost no resends).
     ack_repeats: AckRepeats,
     naks: PendingRanges,
@@ -404,6 +417,7 @@ impl Connection {
             probe_pending: false,
             acks: PendingRanges::default(),
             peer_ramping: false,
+            peer_backlogged: false,
             ack_repeats: AckRepeats::default(),
             naks: PendingRanges::default(),
             paused: false,
@@ -969,6 +983,8 @@ impl Connection {
         }
         if !refused {
             self.peer_ramping = header.continuous_send && header.needs_b_and_as;
+            self.peer_backlogged =
+                header.continuous_send && (self.acks.is_empty() || self.peer_backlogged);
             self.acks.push(now, header.seq);
         } else {
             // Unacknowledged, and not "seen" either: a duplicate copy must not be acknowledged.
@@ -1474,7 +1490,7 @@ impl Connection {
 
     /// Datagrams that make an ACK go at once rather than after the ACK delay.
     fn ack_every(&self) -> usize {
-        if self.peer_ramping {
+        if self.peer_ramping || self.peer_backlogged {
             SLOW_START_ACK_EVERY
         } else {
             ACK_EVERY
