@@ -158,16 +158,6 @@ enum State {
 /// acknowledges every second segment), while sparse traffic still gets batched ACKs.
 const ACK_EVERY: usize = 16;
 
-// A sender whose window holds it back, with more queued, is acknowledged every
-// [`SLOW_START_ACK_EVERY`] datagrams too, in any phase: every datagram waiting for an ACK
-// was flagged "continuous send" (the sender had a backlog before each of them, and so before
-// the first after our last ACK). Its window opens only as ACKs come back, and a Reno window
-// under [`ACK_EVERY`] datagrams (random loss keeps it there) waited for the ACK delay each
-// round trip: over loopback, where the path's round trip is a fraction of a millisecond, the
-// delay became the round trip (16 MiB through a relay dropping 5 % each way took 17-19 s,
-// about 1 MB/s). A game tick's first datagram follows an idle moment, so its flag is clear and
-// the tick keeps its one ACK per delay.
-
 /// [`ACK_EVERY`] while the peer flags its data as sent in slow start with more queued (the
 /// datagram flags "needs B and AS" and "continuous send"): a window that grows by what each ACK
 /// acknowledges grows no faster than the ACKs come back, and while fewer than [`ACK_EVERY`]
@@ -177,6 +167,20 @@ const ACK_EVERY: usize = 16;
 /// receivers ACK every second segment at all times). Game traffic (a few datagrams per tick,
 /// none sent behind a backlog) keeps its one ACK per delay.
 const SLOW_START_ACK_EVERY: usize = 4;
+
+/// [`ACK_EVERY`] while every datagram waiting for our ACK was flagged "continuous send": the
+/// peer had more queued before each of them, the first after our last ACK included, which is
+/// how a sender held back by its window looks. Such a window opens only as ACKs come back, and
+/// a Reno window under [`ACK_EVERY`] datagrams (random loss keeps it there) waited for the ACK
+/// delay each round trip: over loopback, where the path's round trip is a fraction of a
+/// millisecond, the delay became the round trip (16 MiB through a relay dropping 5 % each way
+/// took 17-19 s, about 1 MB/s). A window of fewer datagrams than this still waits for the delay.
+/// (Every second datagram, as TCP, released those too, but slowed `:bbr` at 5 % loss from 62
+/// to 52 MB/s and lengthened the queue it keeps at a bottleneck: its delay signal comes from
+/// the ACKs.) A game tick's first datagram follows an idle moment and is not flagged, so a
+/// tick of up to [`ACK_EVERY`] datagrams keeps its one ACK per delay; a longer burst (or one
+/// paced over more than the delay) is acknowledged every fourth datagram after its first ACK.
+const BACKLOGGED_ACK_EVERY: usize = 4;
 
 /// Most doublings of the RTO while no datagram has ever been acknowledged: a peer that
 /// never ACKs (a forged address) sees our resends thin out exponentially.
@@ -321,8 +325,8 @@ pub(crate) struct Connection {
     /// The last datagram the peer sent in slow start with more queued: ACK every
     /// [`SLOW_START_ACK_EVERY`] datagrams.
     peer_ramping: bool,
-    /// Every datagram waiting for our ACK was flagged "continuous send": the peer is held
-    /// back by its window with more queued. ACK every [`SLOW_START_ACK_EVERY`] datagrams.
+    /// Every datagram waiting for our ACK was flagged "continuous send" (duplicates
+    /// included): ACK every [`BACKLOGGED_ACK_EVERY`] datagrams.
     peer_backlogged: bool,
     /// Recently sent ACK ranges, repeated in the next ACKs (lost ACKs cost no resends).
     ack_repeats: AckRepeats,
@@ -931,6 +935,14 @@ impl Connection {
             .extend(self.receipts_out.drain(..).map(ConnEvent::Receipt));
     }
 
+    /// Owe the peer an ACK for this datagram; its flags say how soon (see [`Self::ack_every`]).
+    fn ack_later(&mut self, now: Instant, header: &DataHeader) {
+        self.peer_ramping = header.continuous_send && header.needs_b_and_as;
+        self.peer_backlogged =
+            header.continuous_send && (self.acks.is_empty() || self.peer_backlogged);
+        self.acks.push(now, header.seq);
+    }
+
     fn handle_data(&mut self, now: Instant, header: DataHeader, body: Bytes) {
         match self.window.on_datagram(header.seq, fingerprint(&body)) {
             Arrival::Garbage => {
@@ -939,7 +951,7 @@ impl Connection {
             }
             Arrival::Duplicate => {
                 self.stats.duplicates += 1;
-                self.acks.push(now, header.seq);
+                self.ack_later(now, &header);
                 return;
             }
             Arrival::New { missing } => {
@@ -982,10 +994,7 @@ impl Connection {
             }
         }
         if !refused {
-            self.peer_ramping = header.continuous_send && header.needs_b_and_as;
-            self.peer_backlogged =
-                header.continuous_send && (self.acks.is_empty() || self.peer_backlogged);
-            self.acks.push(now, header.seq);
+            self.ack_later(now, &header);
         } else {
             // Unacknowledged, and not "seen" either: a duplicate copy must not be acknowledged.
             self.window.forget(header.seq);
@@ -1307,6 +1316,11 @@ impl Connection {
                 }
             });
         self.receipts_out = lost;
+        if self.queue.is_empty() {
+            // Expiry emptied the queue: the next datagram follows an idle moment, and must
+            // not be flagged "continuous send".
+            self.burst = false;
+        }
         self.flush_receipts();
         if let Some(pto) = self.pto() {
             if self.flight.probe_deadline(pto).is_some_and(|t| now >= t)
@@ -1490,7 +1504,9 @@ impl Connection {
 
     /// Datagrams that make an ACK go at once rather than after the ACK delay.
     fn ack_every(&self) -> usize {
-        if self.peer_ramping || self.peer_backlogged {
+        if self.peer_backlogged {
+            BACKLOGGED_ACK_EVERY
+        } else if self.peer_ramping {
             SLOW_START_ACK_EVERY
         } else {
             ACK_EVERY

@@ -945,6 +945,7 @@ impl Endpoint {
             }
             self.timers.pop_first();
             if let Some(slot) = self.slots.get_mut(index as usize) {
+                debug_assert!(slot.conn.is_some(), "a timer entry outlived its connection");
                 slot.scheduled = None;
                 due.push(ConnId {
                     index,
@@ -1227,16 +1228,28 @@ mod tests {
                 Endpoint::new(config, addr, start)
             })
             .collect();
-        let ids: Vec<ConnId> = clients
+        let mut ids: Vec<ConnId> = clients
             .iter_mut()
             .map(|c| c.connect(start, server_addr).unwrap())
             .collect();
         let (mut now, mut received) = (start, 0);
-        // 20 messages a second from each client for 10 s (virtual), in 5 ms steps.
+        // 20 messages a second from each client for 10 s (virtual), in 5 ms steps. Client 0
+        // closes at 5 s and connects again at 5.5 s: the server frees its slot (and its timer
+        // entry) and gives the slot to the new connection.
         for tick in 0..2_000u32 {
             now += Duration::from_millis(5);
+            if tick == 1_000 {
+                clients[0].close(now, ids[0]);
+            }
+            if tick == 1_100 {
+                assert_eq!(server.live, 2, "the closed connection's slot is free");
+                ids[0] = clients[0].connect(now, server_addr).unwrap();
+            }
             if tick % 10 == 0 && tick > 20 {
-                for (c, &id) in clients.iter_mut().zip(&ids) {
+                for (i, (c, &id)) in clients.iter_mut().zip(&ids).enumerate() {
+                    if i == 0 && (1_000..1_150).contains(&tick) {
+                        continue;
+                    }
                     let opts = SendOptions::new(Reliability::UnreliableSequenced);
                     c.send(now, id, Bytes::from_static(&[0x86; 40]), opts)
                         .unwrap();
@@ -1246,7 +1259,13 @@ mod tests {
             assert_one_timer_each(&server);
         }
         assert_eq!(server.live, 3);
-        // Every message arrived (no loss here): 3 clients x 197 (ticks 30 to 1990).
-        assert_eq!(received, 3 * 197);
+        assert_eq!(
+            server.slots.len(),
+            3,
+            "the new connection reused the freed slot"
+        );
+        // Every message arrived (no loss here): clients 1 and 2 at ticks 30 to 1990 (197
+        // each), client 0 at 30 to 990 and 1150 to 1990 (97 + 85).
+        assert_eq!(received, 2 * 197 + 97 + 85);
     }
 }
