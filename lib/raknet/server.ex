@@ -380,11 +380,37 @@ defmodule RakNet.Server do
   @impl Supervisor
   def init(%Config{} = config) do
     children = [
-      {DynamicSupervisor, strategy: :one_for_one},
-      {Listener, {config, self()}}
+      %{
+        id: DynamicSupervisor,
+        start: {__MODULE__, :start_connections, []},
+        type: :supervisor,
+        modules: [DynamicSupervisor]
+      },
+      %{id: Listener, start: {__MODULE__, :start_listener, [config]}, shutdown: :infinity}
     ]
 
     Supervisor.init(children, strategy: :rest_for_one)
+  end
+
+  # The start functions of the two children run in this supervisor's process, in order: the
+  # connection supervisor's pid is kept here for the listener started after it (:rest_for_one
+  # starts the listener again whenever the connection supervisor starts again). The listener
+  # is given the pid rather than asking this supervisor for it: a supervisor that is stopping
+  # its children waits for the listener and answers no calls, and a listener that asked then
+  # (on a first connection announced just before the stop) deadlocked with it.
+  @doc false
+  @spec start_connections() :: Supervisor.on_start()
+  def start_connections do
+    with {:ok, pid} <- DynamicSupervisor.start_link(strategy: :one_for_one) do
+      Process.put({__MODULE__, :connections}, pid)
+      {:ok, pid}
+    end
+  end
+
+  @doc false
+  @spec start_listener(Config.t()) :: GenServer.on_start()
+  def start_listener(config) do
+    Listener.start_link({config, self(), Process.get({__MODULE__, :connections})})
   end
 end
 
@@ -406,7 +432,7 @@ defmodule RakNet.Server.Listener do
   def start_link(args), do: GenServer.start_link(__MODULE__, args)
 
   @impl GenServer
-  def init({%Config{} = config, supervisor}) do
+  def init({%Config{} = config, supervisor, connections}) do
     Process.flag(:trap_exit, true)
     warn_ignored(config)
     warn_open_ipv6(config)
@@ -427,7 +453,7 @@ defmodule RakNet.Server.Listener do
            config: config,
            supervisor: supervisor,
            endpoints: endpoints,
-           connections: nil,
+           connections: connections,
            handler: RakNet.Handler.spec!(config.client_module),
            telemetry: %{}
          }}
@@ -510,7 +536,7 @@ defmodule RakNet.Server.Listener do
   def handle_call(:info, _from, state) do
     infos = family_infos(state)
     port = fn family -> infos |> Keyword.get(family, %{}) |> Map.get(:port) end
-    count = DynamicSupervisor.count_children(connections(state)).active
+    count = DynamicSupervisor.count_children(state.connections).active
 
     info = %{
       ipv4_port: port.(:inet),
@@ -582,8 +608,6 @@ defmodule RakNet.Server.Listener do
     config = state.config
 
     args = {:accepted, conn, state.handler, config.client_data, state.supervisor, info}
-
-    state = %{state | connections: connections(state)}
 
     case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
       {:ok, _pid} ->
@@ -719,16 +743,4 @@ defmodule RakNet.Server.Listener do
   rescue
     _ -> nil
   end
-
-  # The connection supervisor is the listener's elder sibling; found on first use, once the
-  # server's supervisor has finished starting its children (:rest_for_one restarts the
-  # listener whenever it restarts, so the pid stays valid for the listener's life).
-  defp connections(%{connections: nil, supervisor: sup}) do
-    Enum.find_value(Supervisor.which_children(sup), fn
-      {DynamicSupervisor, pid, _, _} -> pid
-      _ -> nil
-    end)
-  end
-
-  defp connections(%{connections: pid}), do: pid
 end

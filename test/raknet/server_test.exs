@@ -426,6 +426,55 @@ defmodule RakNet.ServerTest do
     assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
   end
 
+  # The listener found its connection supervisor by asking the server's supervisor, on the
+  # first connection. A first connection announced while the supervisor was stopping its
+  # children (it waits for the listener) deadlocked the two: the listener took the
+  # announcement before the supervisor's exit signal and called the supervisor. Seen as a
+  # test supervisor's 60 s shutdown timeout when a test ended right after a client connected.
+  test "a server stops while its first connection's announcement is still queued" do
+    {server, %{ipv4_port: port}} = start_server(restart: :temporary)
+
+    listener =
+      Enum.find_value(Supervisor.which_children(server), fn
+        {RakNet.Server.Listener, pid, _, _} -> pid
+        _ -> nil
+      end)
+
+    # Held still, the listener queues the announcement; then the stop's exit signal.
+    true = :erlang.suspend_process(listener)
+    assert {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+
+    assert wait_until(fn ->
+             Process.info(listener, :message_queue_len) >= {:message_queue_len, 1}
+           end)
+
+    ref = Process.monitor(server)
+    spawn(fn -> Supervisor.stop(server, :shutdown, :infinity) end)
+
+    assert wait_until(fn ->
+             Process.info(listener, :message_queue_len) >= {:message_queue_len, 2}
+           end)
+
+    true = :erlang.resume_process(listener)
+
+    assert_receive {:DOWN, ^ref, :process, ^server, _}, 10_000
+    refute Process.alive?(listener)
+  end
+
+  # Polls `fun` every millisecond for up to 5 s, for a state no message announces: how many
+  # messages wait in a suspended process's mailbox.
+  defp wait_until(fun, tries \\ 5_000)
+  defp wait_until(_fun, 0), do: false
+
+  defp wait_until(fun, tries) do
+    if fun.() do
+      true
+    else
+      Process.sleep(1)
+      wait_until(fun, tries - 1)
+    end
+  end
+
   test "connect errors" do
     {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})
     {:ok, port} = :inet.port(silent)
