@@ -444,16 +444,12 @@ defmodule RakNet.ServerTest do
     true = :erlang.suspend_process(listener)
     assert {:ok, _conn} = RakNet.connect("127.0.0.1", port)
 
-    assert wait_until(fn ->
-             Process.info(listener, :message_queue_len) >= {:message_queue_len, 1}
-           end)
+    assert :ok == RakNet.Test.Wait.until(fn -> queued(listener) >= 1 end, 500)
 
     ref = Process.monitor(server)
     spawn(fn -> Supervisor.stop(server, :shutdown, :infinity) end)
 
-    assert wait_until(fn ->
-             Process.info(listener, :message_queue_len) >= {:message_queue_len, 2}
-           end)
+    assert :ok == RakNet.Test.Wait.until(fn -> queued(listener) >= 2 end, 500)
 
     true = :erlang.resume_process(listener)
 
@@ -461,19 +457,7 @@ defmodule RakNet.ServerTest do
     refute Process.alive?(listener)
   end
 
-  # Polls `fun` every millisecond for up to 5 s, for a state no message announces: how many
-  # messages wait in a suspended process's mailbox.
-  defp wait_until(fun, tries \\ 5_000)
-  defp wait_until(_fun, 0), do: false
-
-  defp wait_until(fun, tries) do
-    if fun.() do
-      true
-    else
-      Process.sleep(1)
-      wait_until(fun, tries - 1)
-    end
-  end
+  defp queued(pid), do: pid |> Process.info(:message_queue_len) |> elem(1)
 
   test "connect errors" do
     {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})
