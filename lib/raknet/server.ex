@@ -386,7 +386,12 @@ defmodule RakNet.Server do
         type: :supervisor,
         modules: [DynamicSupervisor]
       },
-      %{id: Listener, start: {__MODULE__, :start_listener, [config]}, shutdown: :infinity}
+      %{
+        id: Listener,
+        start: {__MODULE__, :start_listener, [config]},
+        shutdown: :infinity,
+        modules: [Listener]
+      }
     ]
 
     Supervisor.init(children, strategy: :rest_for_one)

@@ -83,6 +83,36 @@ defmodule RakNet.FaultsTest do
     assert_receive {:raknet, ^conn, 0x86, "again", _}, 5_000
   end
 
+  test "a connection supervisor that dies is started again, and the new listener uses it" do
+    {server, _port} = start_server(EchoClient)
+
+    [connections, old_listener] =
+      for id <- [DynamicSupervisor, RakNet.Server.Listener] do
+        Enum.find_value(Supervisor.which_children(server), fn
+          {^id, pid, _, _} -> pid
+          _ -> nil
+        end)
+      end
+
+    ref = Process.monitor(old_listener)
+    Process.exit(connections, :kill)
+    # :rest_for_one: the listener stops, then both start again, the connection supervisor first.
+    assert_receive {:DOWN, ^ref, :process, ^old_listener, _}, 5_000
+
+    %{ipv4_port: new_port, connections: 0} = RakNet.Server.info(server)
+    {:ok, conn} = RakNet.connect("127.0.0.1", new_port)
+    assert_receive {:client_new, server_side}, 5_000
+
+    assert [{_, ^server_side, :worker, _}] =
+             server
+             |> Supervisor.which_children()
+             |> Enum.find_value(fn {id, pid, _, _} -> id == DynamicSupervisor && pid end)
+             |> DynamicSupervisor.which_children()
+
+    {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "again">>)
+    assert_receive {:raknet, ^conn, 0x86, "again", _}, 5_000
+  end
+
   test "info/1 leaves out an endpoint that cannot answer instead of crashing the listener" do
     {server, port} = start_server(EchoClient)
     listener = listener(server)

@@ -451,13 +451,22 @@ defmodule RakNet.ServerTest do
 
     assert :ok == RakNet.Test.Wait.until(fn -> queued(listener) >= 2 end, 500)
 
+    # The order the old listener deadlocked on: the announcement, then the exit signal.
+    assert {:messages, [{:raknet_endpoint, _, :connected, _, _}, {:EXIT, ^server, :shutdown}]} =
+             Process.info(listener, :messages)
+
     true = :erlang.resume_process(listener)
 
     assert_receive {:DOWN, ^ref, :process, ^server, _}, 10_000
     refute Process.alive?(listener)
   end
 
-  defp queued(pid), do: pid |> Process.info(:message_queue_len) |> elem(1)
+  defp queued(pid) do
+    case Process.info(pid, :message_queue_len) do
+      {:message_queue_len, n} -> n
+      nil -> 0
+    end
+  end
 
   test "connect errors" do
     {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})
