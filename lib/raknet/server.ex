@@ -370,7 +370,25 @@ defmodule RakNet.Server do
   def set_max_connections(server, max) when is_integer(max) and max > 0,
     do: GenServer.call(listener(server), {:max_connections, max})
 
+  # The server's listener, from the connection registry (ETS) for a server on this node:
+  # asking the server's supervisor instead waited until the end of a stop, since a supervisor
+  # stopping its children answers no calls (a handler's disconnect callback calling its
+  # server while it stopped waited there until its connection process was killed, 5 s later).
+  # A stopping server fails the call at once. A server of another node, or a node without the
+  # registry, is asked as before.
   defp listener(server) do
+    pid = GenServer.whereis(server)
+
+    case is_pid(pid) and node(pid) == node() and RakNet.Connection.Registry.listener(pid) do
+      {:ok, :stopping} -> exit({:noproc, {__MODULE__, :listener, [server]}})
+      {:ok, listener} -> listener
+      # Between a listener that ended by itself and its restart: the supervisor answers once
+      # it has started the new one.
+      _ -> listener_of_children(server)
+    end
+  end
+
+  defp listener_of_children(server) do
     Enum.find_value(Supervisor.which_children(server), fn
       {Listener, pid, _, _} when is_pid(pid) -> pid
       _ -> nil
@@ -669,7 +687,10 @@ defmodule RakNet.Server.Listener do
   def handle_info(_other, state), do: {:noreply, state}
 
   @impl GenServer
-  def terminate(_reason, state) do
+  def terminate(reason, state) do
+    # Stopped by the supervisor (the server stops, or restarts its children): calls to the
+    # server fail at once from now, rather than wait for a supervisor busy stopping.
+    if reason == :shutdown, do: RakNet.Connection.Registry.server_stopping(state.supervisor)
     for {_, endpoint} <- state.endpoints, do: Native.endpoint_stop(endpoint)
 
     deadline = System.monotonic_time(:millisecond) + Map.get(state, :stop_wait, @stop_wait)

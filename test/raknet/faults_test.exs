@@ -98,6 +98,9 @@ defmodule RakNet.FaultsTest do
     Process.exit(connections, :kill)
     # :rest_for_one: the listener stops, then both start again, the connection supervisor first.
     assert_receive {:DOWN, ^ref, :process, ^old_listener, _}, 5_000
+    # Answered once the supervisor has started both again.
+    new_listener = listener(server)
+    assert is_pid(new_listener) and new_listener != old_listener
 
     %{ipv4_port: new_port, connections: 0} = RakNet.Server.info(server)
     {:ok, conn} = RakNet.connect("127.0.0.1", new_port)

@@ -468,6 +468,35 @@ defmodule RakNet.ServerTest do
     end
   end
 
+  # A handler that calls its server while the server stops (a game updating its MOTD when a
+  # player leaves) is told at once that the server is gone. The call used to ask the server's
+  # supervisor for the listener, and a supervisor stopping its children answers no calls: the
+  # callback waited until its connection process was killed (5 s), and the stop with it.
+  test "a disconnect callback that calls its stopping server gets an exit at once" do
+    key = {__MODULE__, make_ref()}
+    server_fun = fn -> :persistent_term.get(key) end
+
+    {server, %{ipv4_port: port}} =
+      start_server(
+        module: RakNet.Test.CallsServerClient,
+        client_data: {self(), server_fun},
+        restart: :temporary
+      )
+
+    :persistent_term.put(key, server)
+    on_exit(fn -> :persistent_term.erase(key) end)
+
+    assert {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+    # While it runs, the call is answered.
+    assert :ok = RakNet.Server.set_offline_ping_response(server, "still one player")
+
+    :ok = RakNet.Server.stop(server)
+    # Sent before the stop returned (the exit is :noproc, or :shutdown when the call reached
+    # the listener as it ended); 2 s is well under the connection's 5 s shutdown.
+    assert_receive {:disconnect_called_server, {:exit, _reason}}, 2_000
+  end
+
   test "connect errors" do
     {:ok, silent} = :gen_udp.open(0, ip: {127, 0, 0, 1})
     {:ok, port} = :inet.port(silent)

@@ -54,20 +54,34 @@ defimpl RakNet.Client, for: RakNet.Test.ReasonClient do
 end
 
 defmodule RakNet.Test.CallsServerClient do
-  @moduledoc "A `RakNet.Client` whose `new/3` calls back into its server (updates the MOTD)."
-  defstruct []
+  @moduledoc """
+  A `RakNet.Client` that calls back into its server, as a game updating its MOTD's player
+  count does: in `new/3`, and in `disconnect/1`, which tells the test what the call returned
+  (`{:disconnect_called_server, result}`; an exit as `{:exit, reason}`).
+  """
+  defstruct [:test, :server_fun]
 end
 
 defimpl RakNet.Client, for: RakNet.Test.CallsServerClient do
   def new(client, connection_pid, {test, server_fun}) do
     :ok = RakNet.Server.set_offline_ping_response(server_fun.(), "one player")
     send(test, {:client_new, connection_pid})
-    client
+    %{client | test: test, server_fun: server_fun}
   end
 
   def receive(_client, _type, _buffer, _transit), do: :ok
   def got_ack(_client, _id), do: :ok
-  def disconnect(_client), do: :ok
+
+  def disconnect(client) do
+    result =
+      try do
+        RakNet.Server.set_offline_ping_response(client.server_fun.(), "no players")
+      catch
+        :exit, reason -> {:exit, reason}
+      end
+
+    send(client.test, {:disconnect_called_server, result})
+  end
 end
 
 defmodule RakNet.Test.XPlaneState do

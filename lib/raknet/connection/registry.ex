@@ -5,7 +5,9 @@ defmodule RakNet.Connection.Registry do
   #   * `@table` (set): connection pid => {handle, server, info}. RakNet.Connection.send/3 to a
   #     pid reads it, so a send never waits on the connection process;
   #   * `@index` (ordered_set): {server, kind, key} => pid, for finding a connection by
-  #     address, GUID or application id, and {server, :pid, pid} => handle for listing a
+  #     address, GUID or application id, {server, :listener, nil} => the server's listener
+  #     (so that a call to a server never has to ask its supervisor, which answers no calls
+  #     while it stops its children), and {server, :pid, pid} => handle for listing a
   #     server's connections (a broadcast to all of them reads only these rows). A lookup
   #     binds the key's prefix, so it costs O(log n), and listing one server's connections
   #     costs O(its connections), not O(every connection of the node).
@@ -42,7 +44,38 @@ defmodule RakNet.Connection.Registry do
   @spec register_server(pid()) :: :ok
   def register_server(supervisor) do
     :ets.insert(@table, {self(), :server, supervisor})
+    # A restarted listener takes the row over from the one before.
+    :ets.insert(@index, {{supervisor, :listener, nil}, self()})
     GenServer.cast(__MODULE__, {:monitor, self()})
+    # The row goes with the supervisor.
+    GenServer.cast(__MODULE__, {:monitor_server, supervisor})
+  end
+
+  @doc """
+  Marks the server `supervisor` as stopping (its listener calls this as its supervisor stops
+  it): calls to the server fail at once from now on, until a new listener registers.
+  """
+  @spec server_stopping(pid()) :: :ok
+  def server_stopping(supervisor) do
+    :ets.insert(@index, {{supervisor, :listener, nil}, :stopping})
+    :ok
+  end
+
+  @doc """
+  The listener of the server `supervisor` (a pid on this node): `{:ok, pid}` (the pid may have
+  just exited), `{:ok, :stopping}` while its supervisor stops it, `:none` when none is
+  registered (the server has ended, or a listener that ended by itself is being restarted),
+  or `:error` when the registry is not running.
+  """
+  @spec listener(pid()) :: {:ok, pid() | :stopping} | :none | :error
+  def listener(supervisor) do
+    case :ets.lookup(@index, {supervisor, :listener, nil}) do
+      [{_, pid}] -> {:ok, pid}
+      [] -> :none
+    end
+  rescue
+    # The table is gone only while the :raknet application is down.
+    ArgumentError -> :error
   end
 
   @doc "Every running server of the node (their supervisors)."
@@ -152,11 +185,16 @@ defmodule RakNet.Connection.Registry do
         :ets.delete(@table, pid)
         :ok
 
-      [{^pid, :server, _supervisor}] ->
+      [{^pid, :server, supervisor}] ->
+        # Unless a newer listener of that server has taken the row over, or the server is
+        # stopping (that row stays until the supervisor has gone).
+        :ets.select_delete(@index, [{{{supervisor, :listener, nil}, pid}, [], [true]}])
         :ets.delete(@table, pid)
         :ok
 
       [] ->
+        # A server's supervisor (or nothing of ours).
+        :ets.delete(@index, {pid, :listener, nil})
         :ok
     end
   end
@@ -166,19 +204,29 @@ defmodule RakNet.Connection.Registry do
     opts = [:public, :named_table, read_concurrency: true, write_concurrency: true]
     :ets.new(@table, [:set | opts])
     :ets.new(@index, [:ordered_set | opts])
-    {:ok, nil}
+    # The servers' supervisors monitored (once each, however often a listener restarts).
+    {:ok, MapSet.new()}
   end
 
   @impl GenServer
+  def handle_cast({:monitor_server, supervisor}, servers) do
+    if MapSet.member?(servers, supervisor) do
+      {:noreply, servers}
+    else
+      Process.monitor(supervisor)
+      {:noreply, MapSet.put(servers, supervisor)}
+    end
+  end
+
   def handle_cast({:monitor, pid}, state) do
     Process.monitor(pid)
     {:noreply, state}
   end
 
   @impl GenServer
-  def handle_info({:DOWN, _ref, :process, pid, _reason}, state) do
+  def handle_info({:DOWN, _ref, :process, pid, _reason}, servers) do
     remove(pid)
-    {:noreply, state}
+    {:noreply, MapSet.delete(servers, pid)}
   end
 
   def handle_info(_other, state), do: {:noreply, state}
