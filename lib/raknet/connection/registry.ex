@@ -59,6 +59,9 @@ defmodule RakNet.Connection.Registry do
   def server_stopping(supervisor) do
     :ets.insert(@index, {{supervisor, :listener, nil}, :stopping})
     :ok
+  rescue
+    # The table is gone only while the :raknet application is down: nothing to mark.
+    ArgumentError -> :ok
   end
 
   @doc """
