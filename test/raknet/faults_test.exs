@@ -8,12 +8,8 @@ defmodule RakNet.FaultsTest do
 
   defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
 
-  defp listener(server) do
-    Enum.find_value(Supervisor.which_children(server), fn
-      {RakNet.Server.Listener, pid, _, _} -> pid
-      _ -> nil
-    end)
-  end
+  defp listener(server), do: RakNet.Test.Server.child(server, RakNet.Server.Listener)
+  defp connections(server), do: RakNet.Test.Server.child(server, DynamicSupervisor)
 
   @tag :capture_log
   test "a panic on an endpoint's thread tells every connection owner, and only that endpoint dies" do
@@ -86,16 +82,9 @@ defmodule RakNet.FaultsTest do
   test "a connection supervisor that dies is started again, and the new listener uses it" do
     {server, _port} = start_server(EchoClient)
 
-    [connections, old_listener] =
-      for id <- [DynamicSupervisor, RakNet.Server.Listener] do
-        Enum.find_value(Supervisor.which_children(server), fn
-          {^id, pid, _, _} -> pid
-          _ -> nil
-        end)
-      end
-
+    {old_connections, old_listener} = {connections(server), listener(server)}
     ref = Process.monitor(old_listener)
-    Process.exit(connections, :kill)
+    Process.exit(old_connections, :kill)
     # :rest_for_one: the listener stops, then both start again, the connection supervisor first.
     assert_receive {:DOWN, ^ref, :process, ^old_listener, _}, 5_000
     # Answered once the supervisor has started both again.
@@ -106,11 +95,7 @@ defmodule RakNet.FaultsTest do
     {:ok, conn} = RakNet.connect("127.0.0.1", new_port)
     assert_receive {:client_new, server_side}, 5_000
 
-    assert [{_, ^server_side, :worker, _}] =
-             server
-             |> Supervisor.which_children()
-             |> Enum.find_value(fn {id, pid, _, _} -> id == DynamicSupervisor && pid end)
-             |> DynamicSupervisor.which_children()
+    assert [{_, ^server_side, :worker, _}] = DynamicSupervisor.which_children(connections(server))
 
     {:ok, nil} = Connection.send(conn, :reliable, <<0x86, "again">>)
     assert_receive {:raknet, ^conn, 0x86, "again", _}, 5_000

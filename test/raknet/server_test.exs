@@ -434,11 +434,7 @@ defmodule RakNet.ServerTest do
   test "a server stops while its first connection's announcement is still queued" do
     {server, %{ipv4_port: port}} = start_server(restart: :temporary)
 
-    listener =
-      Enum.find_value(Supervisor.which_children(server), fn
-        {RakNet.Server.Listener, pid, _, _} -> pid
-        _ -> nil
-      end)
+    listener = RakNet.Test.Server.child(server, RakNet.Server.Listener)
 
     # Held still, the listener queues the announcement; then the stop's exit signal.
     true = :erlang.suspend_process(listener)

@@ -20,6 +20,18 @@ defmodule RakNet.Test.Server do
     server = start_supervised!(%{spec | id: make_ref(), restart: restart})
     {server, RakNet.Server.info(server).ipv4_port}
   end
+
+  @doc """
+  The pid of the server's child `id` (`RakNet.Server.Listener` or `DynamicSupervisor`, the
+  connection processes' supervisor), or nil.
+  """
+  @spec child(pid(), module()) :: pid() | nil
+  def child(server, id) do
+    Enum.find_value(Supervisor.which_children(server), fn
+      {^id, pid, _, _} when is_pid(pid) -> pid
+      _ -> nil
+    end)
+  end
 end
 
 defmodule RakNet.Test.Mailbox do
