@@ -102,8 +102,9 @@ defmodule RakNet.Server do
       `bad_cookies`, ...), its datagrams and system calls (`udp_datagrams_in`,
       `udp_recv_calls`, `udp_datagrams_out`, `udp_send_calls`: on Linux up to 32 datagrams
       per call; `udp_recv_trailing_empty`: receive calls that found nothing right after one
-      of the same turn that read, which only a batch that came back exactly full leads to; `udp_gso_sends`, `udp_gso_datagrams`: the send calls that carried runs of
-      datagrams to one peer as UDP GSO segments, Linux 4.18+, and their datagrams;
+      of the same turn that read, which only a batch that came back exactly full leads to;
+      `udp_gso_sends`, `udp_gso_datagrams`: the send calls that carried runs of datagrams to
+      one peer as UDP GSO segments, Linux 4.18+, and their datagrams;
       `udp_gso_refused`: 1 if the kernel refused that and the socket stopped trying;
       `udp_send_full`: sends that found the socket's send buffer full, whose datagrams then
       waited for room, and `udp_send_waits`: the thread's wake-ups for that room), the
