@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use raknet_bench::{cpu_ticks, USER_HZ};
 use raknet_proto::message::id;
 use raknet_proto::{
     addr, Ack, AckRange, ConnId, ConnectionRequest, ConnectionRequestAccepted, DataHeader,
@@ -497,14 +498,6 @@ fn find_server_pid(port: u16) -> Option<u32> {
     None
 }
 
-/// utime + stime of `pid`, in clock ticks (USER_HZ, 100 on Linux).
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
 fn rss_kb(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -515,8 +508,6 @@ fn rss_kb(pid: u32) -> Option<u64> {
         .parse()
         .ok()
 }
-
-const USER_HZ: f64 = 100.0;
 
 // ---------------------------------------------------------------------------------------
 // Legitimate clients (raknet_proto's client engine), on their own thread

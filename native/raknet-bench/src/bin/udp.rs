@@ -61,14 +61,10 @@ fn throughput() -> (f64, Option<f64>, f64) {
     (n as f64 / wall, cpu_us, delivered)
 }
 
-/// This process's CPU time (user + system, all threads) in seconds, from /proc/self/stat
-/// (clock ticks of 10 ms: under 1 % of a 2-second run on two busy threads).
+/// This process's CPU time (user + system, all threads) in seconds (clock ticks of 10 ms:
+/// under 1 % of a 2-second run on two busy threads).
 fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
+    raknet_bench::cpu_ticks(std::process::id()).map(|t| t as f64 / raknet_bench::USER_HZ)
 }
 
 fn latency() -> (f64, f64) {
