@@ -330,6 +330,8 @@ pub(crate) struct Connection {
     peer_backlogged: bool,
     /// Recently sent ACK ranges, repeated in the next ACKs (lost ACKs cost no resends).
     ack_repeats: AckRepeats,
+    /// When the last ACK left (see [`Self::ack_with_data`]).
+    last_ack: Option<Instant>,
     naks: PendingRanges,
     /// Back-pressure from the application: refuse reliable frames, drop unreliable ones.
     paused: bool,
@@ -423,6 +425,7 @@ impl Connection {
             peer_ramping: false,
             peer_backlogged: false,
             ack_repeats: AckRepeats::default(),
+            last_ack: None,
             naks: PendingRanges::default(),
             paused: false,
             memory: MemoryShare::default(),
@@ -1513,6 +1516,21 @@ impl Connection {
         }
     }
 
+    /// Whether an owed ACK goes now, ahead of its delay, because data is about to leave for the
+    /// same peer: the two datagrams go out in one batch (one system call; no turn of the
+    /// endpoint's thread for the ACK's timer) instead of the ACK waiting for the delay. At most
+    /// one such ACK per `ack_delay`, so a connection sends no more ACKs than the delay alone
+    /// allows (one per 10 ms window with arrivals, as official RakNet); at 20 Hz an echo's ACK
+    /// leaves with the echo.
+    fn ack_with_data(&self, now: Instant) -> bool {
+        let data_ready = (self.flight.has_resends() || !self.queue.is_empty())
+            && (self.flight.bytes_in_flight < self.cc.window() || self.probe_pending);
+        data_ready
+            && self
+                .last_ack
+                .is_none_or(|last| now >= last + self.config.ack_delay)
+    }
+
     fn write_ack(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         let Some(since) = self.acks.since else {
             return false;
@@ -1522,9 +1540,11 @@ impl Connection {
             && !draining
             && self.acks.len() < 64
             && self.acks.numbers() < self.ack_every()
+            && !self.ack_with_data(now)
         {
             return false;
         }
+        self.last_ack = Some(now);
         let timestamp = self
             .config
             .datagram_timestamps

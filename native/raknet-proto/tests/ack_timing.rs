@@ -206,3 +206,77 @@ fn a_sender_in_slow_start_is_acknowledged_without_the_delay() {
         );
     }
 }
+
+/// Exchange everything due before `t`, then stand at `t` (`drive_until` would step on to the
+/// next deadline, seconds away once the connection is quiet).
+fn advance_to(p: &mut Pair, t: std::time::Instant) {
+    p.drive_until(Duration::from_secs(60), |p| {
+        let next = [
+            p.server.poll_timeout(),
+            p.client.poll_timeout(),
+            p.c2s.poll_timeout(),
+            p.s2c.poll_timeout(),
+        ];
+        next.into_iter().flatten().min().is_none_or(|n| n > t)
+    });
+    p.now = p.now.max(t);
+}
+
+/// An ACK owed to a peer leaves with the data we send it next, if no ACK left in the last
+/// `ack_delay`: a handler's echo and the ACK of the message it answers go out together (one
+/// batch, one system call) instead of the ACK waiting 10 ms for its own turn. The rate of ACKs
+/// stays what the delay allows: a second echo within the delay leaves alone, and its message's
+/// ACK waits for the delay.
+#[test]
+fn an_echo_takes_the_ack_of_its_message_along() {
+    let config = EndpointConfig::default();
+    let link = LinkConfig::default().with_delay(Duration::from_millis(5));
+    let mut p = Pair::new(7, config.clone(), config, link);
+    let (c, s) = p.connect();
+    // The handshake's last datagrams and their ACKs go by (and no ping is due for seconds).
+    let settle = p.now + Duration::from_millis(200);
+    advance_to(&mut p, settle);
+    p.server_events.clear();
+    let mut buf = Vec::new();
+    let mut arrive_and_echo = |p: &mut Pair| {
+        let opts = SendOptions::new(Reliability::UnreliableSequenced);
+        p.client
+            .send(p.now, c, Bytes::from(vec![0x86; 40]), opts)
+            .unwrap();
+        let arrived = p.drive_until(Duration::from_secs(1), |p| {
+            p.server_events
+                .iter()
+                .any(|e| matches!(e, Event::Message { .. }))
+        });
+        assert!(arrived);
+        p.server_events.clear();
+        // Nothing leaves on the message's arrival: its ACK is owed for up to the delay.
+        assert!(p.server.poll_transmit(p.now, &mut buf).is_none());
+        let opts = SendOptions::new(Reliability::ReliableOrdered);
+        p.server
+            .send(p.now, s, Bytes::from(vec![0x86; 40]), opts)
+            .unwrap();
+        let mut kinds = Vec::new();
+        while let Some(t) = p.server.poll_transmit(p.now, &mut buf) {
+            kinds.push(buf[0]);
+            p.s2c.send(p.now, buf[..t.size].to_vec());
+        }
+        kinds
+    };
+    let first = arrive_and_echo(&mut p);
+    assert_eq!(first.len(), 2, "{first:x?}");
+    assert_ne!(first[0] & ACK, 0, "the ACK first: {first:x?}");
+    assert_eq!(first[1] & (ACK | NAK), 0, "then the echo: {first:x?}");
+    // 2 ms later (within the delay of that ACK): the echo goes alone.
+    let next = p.now + Duration::from_millis(2);
+    advance_to(&mut p, next);
+    let second = arrive_and_echo(&mut p);
+    assert_eq!(second.len(), 1, "{second:x?}");
+    assert_eq!(second[0] & (ACK | NAK), 0, "{second:x?}");
+    // Its message's ACK follows after the delay.
+    p.server_sent.clear();
+    let acked = p.drive_until(Duration::from_millis(11), |p| {
+        p.server_sent.iter().any(|&b| b & ACK != 0)
+    });
+    assert!(acked, "{:x?}", p.server_sent);
+}
