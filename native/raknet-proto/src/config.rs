@@ -243,7 +243,9 @@ pub struct EndpointConfig {
     pub handshake_timeout: Duration,
     /// Interval of connected pings (keepalive and clock sync). Default 5 s.
     pub ping_interval: Duration,
-    /// Longest delay before received datagrams are acknowledged. Default 10 ms.
+    /// Longest delay before received datagrams are acknowledged. Default 10 ms. An owed ACK
+    /// also leaves earlier, with the next data sent to the same peer, if no ACK left in the
+    /// last `ack_delay` (so ACKs are never more frequent than the delay allows).
     pub ack_delay: Duration,
     /// How long a gap in datagram numbers may last before it is NAKed: a datagram that was
     /// merely reordered arrives within it and no spurious resend happens. Official RakNet
