@@ -208,11 +208,19 @@ impl Shared {
 
     /// One turn of the loop: apply the commands, receive what waits, run the timers, send what
     /// the engine wrote, deliver its events. `None`: the endpoint has stopped.
+    ///
+    /// The turn's message batches are delivered after it lets go of the driver (with the
+    /// thread's own `env`, into `mail`'s reused buffer): a handler woken by one answers while
+    /// the thread delivers the rest, and finds the driver free for an inline send. Events
+    /// other than messages are sent during the turn; a batch is sent at once when an event
+    /// about its connection follows it (see [`Driver::deliver_batch`]).
     fn turn(
         &self,
         rx: &mut UnboundedReceiver<Command>,
         cmds: &mut Vec<Command>,
         writable: bool,
+        env: &mut OwnedEnv,
+        mail: &mut Vec<Mail>,
     ) -> Option<Wait> {
         let mut guard = self.lock();
         let driver = guard.as_mut()?;
@@ -261,6 +269,10 @@ impl Shared {
         driver.me.load.store(driver.conns.len(), Ordering::Relaxed);
         if let Some(stop) = driver.stop_deadline {
             if driver.endpoint.stats().connections == 0 || Instant::now() >= stop {
+                // The messages before the news of the end.
+                for (pid, res, batch) in std::mem::take(&mut driver.mail) {
+                    send_batch(&mut driver.env, &pid, &res, batch);
+                }
                 driver.finish_stop();
                 // Dropped here, on the endpoint's thread (it talks to the BEAM).
                 let driver = guard.take();
@@ -271,6 +283,11 @@ impl Shared {
         }
         let deadline = driver.deadline();
         driver.armed = deadline;
+        std::mem::swap(mail, &mut driver.mail);
+        drop(guard);
+        for (pid, res, batch) in mail.drain(..) {
+            send_batch(env, &pid, &res, batch);
+        }
         Some(Wait {
             deadline,
             blocked: !sent_all,
@@ -308,6 +325,7 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedRe
     *shared.lock() = Some(driver);
     let _release = Release(&shared);
     let mut cmds = Vec::new();
+    let (mut env, mut mail) = (OwnedEnv::new(), Vec::new());
     let mut wait = Wait {
         deadline: None,
         blocked: false,
@@ -347,7 +365,7 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedRe
             () = shared.wake.notified() => {}
             () = sleep => {}
         }
-        match shared.turn(&mut rx, &mut cmds, room) {
+        match shared.turn(&mut rx, &mut cmds, room, &mut env, &mut mail) {
             Some(next) => wait = next,
             None => return,
         }
@@ -397,6 +415,9 @@ pub(crate) struct Driver {
     send_waits: u64,
     /// Connections with messages in their `batch` (batch delivery only).
     batched: Vec<ConnId>,
+    /// The batches of a turn, delivered once the turn lets go of the driver (see
+    /// [`Shared::turn`]).
+    mail: Vec<Mail>,
     /// Connections with `unsettled` send bytes (see [`Driver::settle`]).
     unsettled: Vec<ConnId>,
     log_window: Instant,
@@ -444,6 +465,7 @@ impl Driver {
             draining: Vec::new(),
             send_waits: 0,
             batched: Vec::new(),
+            mail: Vec::new(),
             unsettled: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
@@ -981,7 +1003,7 @@ impl Driver {
             self.event(event);
         }
         for id in std::mem::take(&mut self.batched) {
-            self.deliver_batch(id);
+            self.post_batch(id);
         }
         sent_all
     }
@@ -1036,7 +1058,19 @@ impl Driver {
         true
     }
 
-    /// Send the owner of `conn` the messages waiting in its batch, in one message.
+    /// Put the messages waiting in `conn`'s batch in the turn's mail, for its owner.
+    fn post_batch(&mut self, conn: ConnId) {
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if let (Some(pid), false) = (slot.owner, slot.batch.is_empty()) {
+            let batch = std::mem::take(&mut slot.batch);
+            self.mail.push((pid, slot.res.clone(), batch));
+        }
+    }
+
+    /// Send the owner of `conn` the messages waiting in its batch, in one message, now (an
+    /// event about to follow them, a receipt or the connection's end, must not overtake them).
     fn deliver_batch(&mut self, conn: ConnId) {
         let Some(slot) = self.conns.get_mut(&conn) else {
             return;
@@ -1428,6 +1462,9 @@ fn send_message(
         (atoms::raknet(), res, kind, bin, transit.as_millis() as u64).encode(env)
     });
 }
+
+/// A batch of messages for a connection's owner (see [`send_batch`]).
+type Mail = (LocalPid, ResourceArc<ConnResource>, Vec<(Bytes, Duration)>);
 
 /// `{:raknet_batch, conn_ref, [{type, payload, transit_time}, ...]}`: messages in the order
 /// they arrived.
