@@ -338,15 +338,14 @@ defmodule RakNet.Connection do
         Process.put(:raknet_conn, conn)
         info = Map.put(info, :connected_at, System.system_time(:millisecond))
         RakNet.Connection.Registry.register(conn, server, info)
-        RakNet.Telemetry.connection_start(server, info)
 
         state =
           new_state(conn, spec)
           |> Map.merge(%{server: server, started: System.monotonic_time(), info: info})
 
-        # The handler starts in handle_continue, not here: the server's listener waits for
-        # init to return, so a new/3 that calls the server (to update the MOTD, say) would
-        # deadlock.
+        # The :start event and the handler come in handle_continue, not here: the server's
+        # listener waits for init to return, so a new/3 or a telemetry handler that calls the
+        # server (to update the MOTD, or read RakNet.Server.info/1) would wait for it in vain.
         {:ok, state, {:continue, {:new, spec, client_data, info}}}
 
       {:error, :closed} ->
@@ -401,6 +400,8 @@ defmodule RakNet.Connection do
 
   @impl GenServer
   def handle_continue({:new, spec, client_data, info}, state) do
+    RakNet.Telemetry.connection_start(state.server, info)
+
     start_handler(
       state,
       spec,

@@ -60,6 +60,29 @@ defmodule RakNet.TelemetryTest do
     assert is_integer(duration) and duration > 0
   end
 
+  test "a handler of the :start event may call the server" do
+    {server, port} = start_server()
+    test = self()
+    id = make_ref()
+
+    :ok =
+      :telemetry.attach(
+        id,
+        [:raknet, :connection, :start],
+        fn _event, _measurements, %{pid: pid}, _ ->
+          send(test, {:info_from_start, pid, RakNet.Server.info(server)})
+        end,
+        nil
+      )
+
+    on_exit(fn -> :telemetry.detach(id) end)
+    {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+    # The listener was waiting for the connection's init, which sent the event: the call
+    # timed out after 5 s (and took the connection down).
+    assert_receive {:info_from_start, pid, %{ipv4_port: ^port}}, 2_000
+    assert_receive {:client_new, ^pid}, 2_000
+  end
+
   @tag :capture_log
   test "a handler crash is an :exception event" do
     {_server, port} = start_server()
