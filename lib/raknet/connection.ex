@@ -400,6 +400,8 @@ defmodule RakNet.Connection do
 
   @impl GenServer
   def handle_continue({:new, spec, client_data, info}, state) do
+    # The :stop event's duration counts from the :start event.
+    state = %{state | started: System.monotonic_time()}
     RakNet.Telemetry.connection_start(state.server, info)
 
     start_handler(

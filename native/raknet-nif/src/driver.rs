@@ -1389,6 +1389,11 @@ impl Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         let mut env = OwnedEnv::new();
+        // A turn that ended in a panic may have left its messages in the mail: they come
+        // before the news of the end.
+        for (pid, res, batch) in std::mem::take(&mut self.mail) {
+            send_batch(&mut env, &pid, &res, batch);
+        }
         for slot in self.conns.values() {
             slot.res.closed.store(true, Ordering::Relaxed);
             let Some(pid) = slot.owner.filter(|_| !slot.reported) else {

@@ -1523,8 +1523,13 @@ impl Connection {
     /// allows (one per 10 ms window with arrivals, as official RakNet); at 20 Hz an echo's ACK
     /// leaves with the echo.
     fn ack_with_data(&self, now: Instant) -> bool {
-        let data_ready = (self.flight.has_resends() || !self.queue.is_empty())
-            && (self.flight.bytes_in_flight < self.cc.window() || self.probe_pending);
+        // The gates of `write_data`, but for the reliable frames' cap: an ACK that goes early
+        // and finds the data held back still counts as the delay's one ACK.
+        let probing = self.probe_pending && self.flight.has_resends();
+        let window_open = self.flight.bytes_in_flight < self.cc.window()
+            && self.pace_until.is_none_or(|until| now >= until);
+        let data_ready =
+            (self.flight.has_resends() || !self.queue.is_empty()) && (window_open || probing);
         data_ready
             && self
                 .last_ack

@@ -967,7 +967,8 @@ fn forged_nak_resends_are_bounded_per_rtt_with(congestion: CongestionControl) {
             assert!(stats.bytes_in_flight > 0, "{stats:?}");
         }
         // BBR's window has room beyond the flight, but the resends are paced: what goes out
-        // at once is a pacing burst (what the rate earns in 2 ms), not the flight.
+        // at once is a pacing burst, well under the flight (`in_flight`: what the last round
+        // sent).
         CongestionControl::Bbr => {
             let burst = drain(&mut p.server, p.now).len();
             assert!(
