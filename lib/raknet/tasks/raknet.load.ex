@@ -8,6 +8,10 @@ defmodule Mix.Tasks.Raknet.Load do
                       [--size 64] [--reliability reliable_ordered] [--channel 0]
                       [--duration 10] [--protocol 11]
 
+  The host and port may also come first, as `mix raknet.ping` takes them:
+
+      mix raknet.load 127.0.0.1 19132 --connections 200
+
   The work is done by the `raknet-load` Rust binary (one engine per simulated player, all on
   one thread), which this task builds with cargo (release) and runs, forwarding the options.
   """
@@ -24,11 +28,21 @@ defmodule Mix.Tasks.Raknet.Load do
         :binary,
         :exit_status,
         :stderr_to_stdout,
-        args: argv
+        args: args(argv)
       ])
 
     stream(port)
   end
+
+  # `HOST [PORT]` before the options, as mix raknet.ping takes them, become --host and --port;
+  # the binary checks the values.
+  @doc false
+  @spec args([String.t()]) :: [String.t()]
+  def args([host, "--" <> _ = option | rest]), do: ["--host", host, option | rest]
+  def args(["--" <> _ | _] = argv), do: argv
+  def args([host]), do: ["--host", host]
+  def args([host, port | rest]), do: ["--host", host, "--port", port | rest]
+  def args([]), do: []
 
   # The same cargo the NIF's compiler finds (rustup's is not always on the PATH).
   defp build(root) do

@@ -59,6 +59,20 @@ defmodule Mix.Tasks.Raknet.TasksTest do
     assert output =~ ~r/round trip    p50 [\d.]+ ms/
   end
 
+  test "raknet.load takes the host and port first, as raknet.ping does" do
+    port = start_server([])
+
+    {output, status} =
+      mix("raknet.load", ~w(127.0.0.1 #{port} --connections 2 --rate 20 --duration 1))
+
+    assert status == 0, output
+    assert output =~ "connections   2 ok, 0 failed"
+
+    assert Mix.Tasks.Raknet.Load.args(~w(::1)) == ~w(--host ::1)
+    assert Mix.Tasks.Raknet.Load.args(~w(::1 --rate 5)) == ~w(--host ::1 --rate 5)
+    assert Mix.Tasks.Raknet.Load.args(~w(--port 1 --rate 5)) == ~w(--port 1 --rate 5)
+  end
+
   test "raknet.load exits non-zero on a bad option" do
     {output, status} = mix("raknet.load", ~w(--connections many))
     assert status != 0, output
