@@ -38,8 +38,8 @@ defmodule Mix.Tasks.Raknet.Load do
   # the binary checks the values.
   @doc false
   @spec args([String.t()]) :: [String.t()]
-  def args([host, "--" <> _ = option | rest]), do: ["--host", host, option | rest]
   def args(["--" <> _ | _] = argv), do: argv
+  def args([host, "--" <> _ = option | rest]), do: ["--host", host, option | rest]
   def args([host]), do: ["--host", host]
   def args([host, port | rest]), do: ["--host", host, "--port", port | rest]
   def args([]), do: []

@@ -71,6 +71,8 @@ defmodule Mix.Tasks.Raknet.TasksTest do
     assert Mix.Tasks.Raknet.Load.args(~w(::1)) == ~w(--host ::1)
     assert Mix.Tasks.Raknet.Load.args(~w(::1 --rate 5)) == ~w(--host ::1 --rate 5)
     assert Mix.Tasks.Raknet.Load.args(~w(--port 1 --rate 5)) == ~w(--port 1 --rate 5)
+    # A flag without a value is an option, not a host.
+    assert Mix.Tasks.Raknet.Load.args(~w(--verify --port 1)) == ~w(--verify --port 1)
   end
 
   test "raknet.load exits non-zero on a bad option" do
