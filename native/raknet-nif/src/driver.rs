@@ -270,8 +270,8 @@ impl Shared {
         if let Some(stop) = driver.stop_deadline {
             if driver.endpoint.stats().connections == 0 || Instant::now() >= stop {
                 // The messages before the news of the end.
-                for (pid, res, batch) in std::mem::take(&mut driver.mail) {
-                    send_batch(&mut driver.env, &pid, &res, batch);
+                for mail in std::mem::take(&mut driver.mail) {
+                    send_batch(&mut driver.env, mail);
                 }
                 driver.finish_stop();
                 // Dropped here, on the endpoint's thread (it talks to the BEAM).
@@ -285,8 +285,8 @@ impl Shared {
         driver.armed = deadline;
         std::mem::swap(mail, &mut driver.mail);
         drop(guard);
-        for (pid, res, batch) in mail.drain(..) {
-            send_batch(env, &pid, &res, batch);
+        for mail in mail.drain(..) {
+            send_batch(env, mail);
         }
         Some(Wait {
             deadline,
@@ -1058,30 +1058,25 @@ impl Driver {
         true
     }
 
-    /// Put the messages waiting in `conn`'s batch in the turn's mail, for its owner.
+    /// The messages waiting in `conn`'s batch, addressed to its owner.
+    fn take_batch(&mut self, conn: ConnId) -> Option<Mail> {
+        let slot = self.conns.get_mut(&conn)?;
+        let pid = slot.owner.filter(|_| !slot.batch.is_empty())?;
+        Some((pid, slot.res.clone(), std::mem::take(&mut slot.batch)))
+    }
+
+    /// Put `conn`'s batch in the turn's mail.
     fn post_batch(&mut self, conn: ConnId) {
-        let Some(slot) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        if let (Some(pid), false) = (slot.owner, slot.batch.is_empty()) {
-            let batch = std::mem::take(&mut slot.batch);
-            self.mail.push((pid, slot.res.clone(), batch));
+        if let Some(mail) = self.take_batch(conn) {
+            self.mail.push(mail);
         }
     }
 
-    /// Send the owner of `conn` the messages waiting in its batch, in one message, now (an
-    /// event about to follow them, a receipt or the connection's end, must not overtake them).
+    /// Send `conn`'s batch now (an event about to follow it, a receipt or the connection's
+    /// end, must not overtake it).
     fn deliver_batch(&mut self, conn: ConnId) {
-        let Some(slot) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        if let (Some(pid), false) = (slot.owner, slot.batch.is_empty()) {
-            send_batch(
-                &mut self.env,
-                &pid,
-                &slot.res,
-                std::mem::take(&mut slot.batch),
-            );
+        if let Some(mail) = self.take_batch(conn) {
+            send_batch(&mut self.env, mail);
         }
     }
 
@@ -1151,7 +1146,7 @@ impl Driver {
                             slot.batch.push((payload, transit));
                             if slot.batch.len() >= MAX_BATCH {
                                 let batch = std::mem::take(&mut slot.batch);
-                                send_batch(&mut self.env, &pid, &slot.res, batch);
+                                send_batch(&mut self.env, (pid, slot.res.clone(), batch));
                             }
                         } else {
                             send_message(&mut self.env, &pid, &slot.res, &payload, transit);
@@ -1391,8 +1386,8 @@ impl Drop for Driver {
         let mut env = OwnedEnv::new();
         // A turn that ended in a panic may have left its messages in the mail: they come
         // before the news of the end.
-        for (pid, res, batch) in std::mem::take(&mut self.mail) {
-            send_batch(&mut env, &pid, &res, batch);
+        for mail in std::mem::take(&mut self.mail) {
+            send_batch(&mut env, mail);
         }
         for slot in self.conns.values() {
             slot.res.closed.store(true, Ordering::Relaxed);
@@ -1473,14 +1468,8 @@ type Mail = (LocalPid, ResourceArc<ConnResource>, Vec<(Bytes, Duration)>);
 
 /// `{:raknet_batch, conn_ref, [{type, payload, transit_time}, ...]}`: messages in the order
 /// they arrived.
-fn send_batch(
-    env: &mut OwnedEnv,
-    pid: &LocalPid,
-    res: &ResourceArc<ConnResource>,
-    batch: Vec<(Bytes, Duration)>,
-) {
-    let res = res.clone();
-    let _ = env.send_and_clear(pid, |env| {
+fn send_batch(env: &mut OwnedEnv, (pid, res, batch): Mail) {
+    let _ = env.send_and_clear(&pid, |env| {
         let messages: Vec<Term<'_>> = batch
             .iter()
             .map(|(payload, transit)| {
