@@ -207,21 +207,6 @@ fn a_sender_in_slow_start_is_acknowledged_without_the_delay() {
     }
 }
 
-/// Exchange everything due before `t`, then stand at `t` (`drive_until` would step on to the
-/// next deadline, seconds away once the connection is quiet).
-fn advance_to(p: &mut Pair, t: std::time::Instant) {
-    p.drive_until(Duration::from_secs(60), |p| {
-        let next = [
-            p.server.poll_timeout(),
-            p.client.poll_timeout(),
-            p.c2s.poll_timeout(),
-            p.s2c.poll_timeout(),
-        ];
-        next.into_iter().flatten().min().is_none_or(|n| n > t)
-    });
-    p.now = p.now.max(t);
-}
-
 /// An ACK owed to a peer leaves with the data we send it next, if no ACK left in the last
 /// `ack_delay`: a handler's echo and the ACK of the message it answers go out together (one
 /// batch, one system call) instead of the ACK waiting 10 ms for its own turn. The rate of ACKs
@@ -235,7 +220,7 @@ fn an_echo_takes_the_ack_of_its_message_along() {
     let (c, s) = p.connect();
     // The handshake's last datagrams and their ACKs go by (and no ping is due for seconds).
     let settle = p.now + Duration::from_millis(200);
-    advance_to(&mut p, settle);
+    p.advance_to(settle);
     p.server_events.clear();
     let mut buf = Vec::new();
     let mut arrive_and_echo = |p: &mut Pair| {
@@ -269,7 +254,7 @@ fn an_echo_takes_the_ack_of_its_message_along() {
     assert_eq!(first[1] & (ACK | NAK), 0, "then the echo: {first:x?}");
     // 2 ms later (within the delay of that ACK): the echo goes alone.
     let next = p.now + Duration::from_millis(2);
-    advance_to(&mut p, next);
+    p.advance_to(next);
     let second = arrive_and_echo(&mut p);
     assert_eq!(second.len(), 1, "{second:x?}");
     assert_eq!(second[0] & (ACK | NAK), 0, "{second:x?}");

@@ -113,10 +113,9 @@ impl Pair {
         }
     }
 
-    /// Advance to the next deadline. Returns `false` when nothing is scheduled at all.
-    pub fn step(&mut self) -> bool {
-        self.settle();
-        let next = [
+    /// The earliest deadline of either endpoint or link.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        [
             self.server.poll_timeout(),
             self.client.poll_timeout(),
             self.c2s.poll_timeout(),
@@ -124,14 +123,30 @@ impl Pair {
         ]
         .into_iter()
         .flatten()
-        .min();
-        let Some(next) = next else { return false };
+        .min()
+    }
+
+    /// Advance to the next deadline. Returns `false` when nothing is scheduled at all.
+    pub fn step(&mut self) -> bool {
+        self.settle();
+        let Some(next) = self.next_deadline() else {
+            return false;
+        };
         // Never stand still: a deadline in the past still advances the clock a little.
         self.now = next.max(self.now + Duration::from_micros(1));
         self.server.handle_timeout(self.now);
         self.client.handle_timeout(self.now);
         self.settle();
         true
+    }
+
+    /// Exchange everything due before `t`, then stand at `t` (`drive_until` steps on to the
+    /// next deadline, which may be seconds away once the connection is quiet).
+    pub fn advance_to(&mut self, t: Instant) {
+        self.drive_until(t.saturating_duration_since(self.now), |p| {
+            p.next_deadline().is_none_or(|n| n > t)
+        });
+        self.now = self.now.max(t);
     }
 
     /// Step until `done` holds or `limit` of virtual time passes; returns whether it held.
