@@ -341,7 +341,7 @@ defmodule RakNet.Connection do
 
         state =
           new_state(conn, spec)
-          |> Map.merge(%{server: server, started: System.monotonic_time(), info: info})
+          |> Map.merge(%{server: server, started: nil, info: info})
 
         # The :start event and the handler come in handle_continue, not here: the server's
         # listener waits for init to return, so a new/3 or a telemetry handler that calls the
@@ -400,7 +400,7 @@ defmodule RakNet.Connection do
 
   @impl GenServer
   def handle_continue({:new, spec, client_data, info}, state) do
-    # The :stop event's duration counts from the :start event.
+    # Set with the :start event: the :stop event's duration counts from it.
     state = %{state | started: System.monotonic_time()}
     RakNet.Telemetry.connection_start(state.server, info)
 
