@@ -72,6 +72,17 @@ pub struct Limits {
     pub max_early_messages: usize,
 }
 
+impl Limits {
+    /// What the receive budgets ([`max_reassembly_bytes`](Self::max_reassembly_bytes),
+    /// [`max_endpoint_buffered_bytes`](Self::max_endpoint_buffered_bytes)) count for each
+    /// piece of a peer's data held, on top of its payload: a fragment in reassembly, a
+    /// message held for ordering or until the handshake ends. It stands for the map entry
+    /// that keeps the piece and its own allocation: counted by payload alone, a peer's
+    /// one-byte pieces would hold about a hundred times what the budgets read
+    /// (`tests/held_memory.rs` checks that the count covers what is allocated).
+    pub const PIECE_OVERHEAD: usize = 128;
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

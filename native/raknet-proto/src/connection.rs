@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::clock::ClockSync;
 use crate::codec::Encode;
-use crate::config::{CongestionControl, EndpointConfig};
+use crate::config::{CongestionControl, EndpointConfig, Limits};
 
 use crate::congestion::{Bbr, Controller, Pacer, SlidingWindow};
 use crate::datagram::{
@@ -231,7 +231,7 @@ struct Delivered(Bytes);
 
 impl Holdable for Delivered {
     fn weight(&self) -> usize {
-        self.0.len()
+        self.0.len() + Limits::PIECE_OVERHEAD
     }
 
     fn detach(self) -> Self {
@@ -346,7 +346,10 @@ pub(crate) struct Connection {
     reliable: ReliableWindow,
     reassembly: Reassembly,
     channels: Vec<Channel<Delivered>>,
+    /// The peer's messages that came before the handshake ended, delivered when it does,
+    /// and what the budgets count for them.
     early: Vec<(Bytes, Duration)>,
+    early_bytes: usize,
     /// Scratch buffer for the messages one datagram delivers (kept to avoid an allocation
     /// per datagram; always empty between calls).
     delivered: Vec<Delivered>,
@@ -437,6 +440,7 @@ impl Connection {
                 .map(|_| Channel::starting_at(OrderIndex::new(first)))
                 .collect(),
             early: Vec::new(),
+            early_bytes: 0,
             delivered: Vec::new(),
             clock: ClockSync::default(),
             events: VecDeque::new(),
@@ -1052,7 +1056,7 @@ impl Connection {
         // connection's and the endpoint's receive budgets.
         let waits = frame.split.is_some()
             || (wire.uses_channel() && self.channels[channel].would_hold(frame.order_index));
-        if waits && !self.can_buffer(frame.payload.len()) {
+        if waits && !self.can_buffer(frame.payload.len() + Limits::PIECE_OVERHEAD) {
             return Err(None);
         }
         let index = frame.message_index;
@@ -1170,9 +1174,11 @@ impl Connection {
                             .push_back(ConnEvent::Message { payload, transit });
                     }
                     State::Accepting | State::Requesting
-                        if self.early.len() < self.config.limits.max_early_messages =>
+                        if self.early.len() < self.config.limits.max_early_messages
+                            && self.can_buffer(payload.len() + Limits::PIECE_OVERHEAD) =>
                     {
                         self.stats.messages_in += 1;
+                        self.early_bytes += payload.len() + Limits::PIECE_OVERHEAD;
                         self.early.push((payload, transit));
                     }
                     _ => self.stats.refused_over_limit += 1,
@@ -1188,6 +1194,7 @@ impl Connection {
         self.events.push_back(ConnEvent::Connected);
         self.send_ping(now);
         self.next_ping = Some(now + self.config.ping_interval);
+        self.early_bytes = 0;
         for (payload, transit) in std::mem::take(&mut self.early) {
             self.events
                 .push_back(ConnEvent::Message { payload, transit });
@@ -1209,9 +1216,12 @@ impl Connection {
         self.send_internal(now, &ping, reliability);
     }
 
-    /// Bytes of the peer's data this connection buffers: reassembly and ordering holds.
+    /// Bytes of the peer's data this connection buffers, as the budgets count them:
+    /// reassembly, ordering holds and the messages that came before the handshake ended.
     fn buffered_bytes(&self) -> usize {
-        self.reassembly.bytes() + self.channels.iter().map(Channel::held_bytes).sum::<usize>()
+        self.reassembly.bytes()
+            + self.channels.iter().map(Channel::held_bytes).sum::<usize>()
+            + self.early_bytes
     }
 
     /// Whether `len` more buffered bytes fit in this connection's and its endpoint's budgets.

@@ -79,11 +79,13 @@ pub struct ConnectionStats {
     pub reliable_in_flight: usize,
     /// Bytes in datagrams not yet acknowledged.
     pub bytes_in_flight: usize,
-    /// Bytes held in split reassembly.
+    /// Bytes held in split reassembly, as the receive budgets count them: payload plus a
+    /// fixed 128 bytes per fragment (its bookkeeping).
     pub reassembly_bytes: usize,
     /// Messages held for ordering, over all channels.
     pub held_for_ordering: usize,
-    /// Bytes of the messages held for ordering, over all channels.
+    /// Bytes of the messages held for ordering, over all channels, counted as
+    /// [`reassembly_bytes`](Self::reassembly_bytes) are (payload plus 128 per message).
     pub held_bytes: usize,
     /// Partial split messages dropped after no fragment arrived for the timeout.
     pub splits_expired: u64,

@@ -1018,3 +1018,50 @@ fn resends_back_off_until_the_first_ack() {
     // Without backoff: one resend per 30 ms, ~330 in 10 s.
     assert!(datagrams <= 20, "{datagrams} datagrams");
 }
+
+/// Messages that come before the handshake ends are kept until it does (a client's 0x13 may
+/// be lost while its first messages arrive; a server's 0x10 likewise). They count against
+/// the same budgets as reassembly and ordering holds: they were not counted at all, and a
+/// peer that delayed the end of its handshake (for up to the handshake timeout) could park
+/// 64 messages of up to 32 MiB each outside every budget. Here a server that answers the
+/// client's 0x09 with messages and no 0x10.
+#[test]
+fn messages_before_the_handshake_ends_count_against_the_buffer_budgets() {
+    let budget = 10 * (1001 + Limits::PIECE_OVERHEAD);
+    let now = Instant::now();
+    let server: SocketAddr = common::pair::SERVER.parse().unwrap();
+    let config = EndpointConfig {
+        limits: Limits {
+            max_reassembly_bytes: budget,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let mut c = Endpoint::new(config, common::pair::CLIENT.parse().unwrap(), now);
+    let id = c.connect(now, server).unwrap();
+    drain(&mut c, now);
+    let reply1 = OpenConnectionReply1 {
+        server_guid: 1,
+        cookie: None,
+        server_public_key: None,
+        mtu: 1492,
+    };
+    c.handle(now, server, reply1.to_vec().into());
+    drain(&mut c, now);
+    let reply2 = OpenConnectionReply2 {
+        server_guid: 1,
+        client_address: common::pair::CLIENT.parse().unwrap(),
+        mtu: 1492,
+        security_answer: None,
+    };
+    c.handle(now, server, reply2.to_vec().into());
+    drain(&mut c, now);
+    for i in 0..20u32 {
+        let mut message = vec![0u8; 1001];
+        message[0] = 0x86;
+        c.handle(now, server, data(i, Reliability::Reliable, i, message));
+    }
+    assert!(!c.is_connected(id), "still requesting");
+    assert_eq!(c.stats().buffered_bytes, budget, "ten kept, ten refused");
+    assert_eq!(c.connection_stats(id).unwrap().refused_over_limit, 10);
+}

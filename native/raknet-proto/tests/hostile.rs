@@ -104,13 +104,16 @@ fn concurrent_splits_beyond_the_limit_are_refused_and_memory_stays_bounded() {
     }
     let stats = p.server.connection_stats(s).expect("still connected");
     assert_eq!(stats.refused_over_limit, 50);
-    assert_eq!(stats.reassembly_bytes, limit * 1000);
+    assert_eq!(
+        stats.reassembly_bytes,
+        limit * (1000 + Limits::PIECE_OVERHEAD)
+    );
 }
 
 #[test]
 fn reassembly_bytes_are_bounded() {
     let limits = Limits {
-        max_reassembly_bytes: 10_000,
+        max_reassembly_bytes: 10 * (1000 + Limits::PIECE_OVERHEAD),
         ..Limits::default()
     };
     let cfg = EndpointConfig {
@@ -126,7 +129,7 @@ fn reassembly_bytes_are_bounded() {
         );
     }
     let stats = p.server.connection_stats(s).unwrap();
-    assert_eq!(stats.reassembly_bytes, 10_000);
+    assert_eq!(stats.reassembly_bytes, 10 * (1000 + Limits::PIECE_OVERHEAD));
     assert_eq!(stats.refused_over_limit, 10);
 }
 

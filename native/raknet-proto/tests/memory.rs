@@ -77,14 +77,19 @@ fn tiny_fragments_and_held_messages_do_not_pin_their_datagrams() {
         p.server_events.clear();
     }
     let stats = p.server.connection_stats(s).unwrap();
-    assert_eq!(stats.reassembly_bytes, 64);
-    assert_eq!((stats.held_for_ordering, stats.held_bytes), (64, 128));
+    // Counted with the bookkeeping of each piece held.
+    const O: usize = Limits::PIECE_OVERHEAD;
+    assert_eq!(stats.reassembly_bytes, 64 * (1 + O));
+    assert_eq!(
+        (stats.held_for_ordering, stats.held_bytes),
+        (64, 64 * (2 + O))
+    );
     // The engine kept copies of what it holds, not views of the 64 datagrams.
     assert!(
         sent.iter_mut().all(|d| d.is_unique()),
         "a received datagram is still referenced"
     );
-    assert_eq!(p.server.stats().buffered_bytes, 64 + 128);
+    assert_eq!(p.server.stats().buffered_bytes, 64 * (3 + 2 * O));
 }
 
 #[test]
@@ -120,12 +125,16 @@ fn a_finished_split_message_waiting_for_its_turn_is_counted() {
         f.order_index = OrderIndex::new(1);
         f.order_channel = 2;
     }
+    const O: usize = Limits::PIECE_OVERHEAD;
     inject(&mut p, datagram(1000, &[a]));
-    assert_eq!(p.server.connection_stats(s).unwrap().reassembly_bytes, 700);
+    assert_eq!(
+        p.server.connection_stats(s).unwrap().reassembly_bytes,
+        700 + O
+    );
     inject(&mut p, datagram(1001, &[b]));
     let stats = p.server.connection_stats(s).unwrap();
-    assert_eq!((stats.reassembly_bytes, stats.held_bytes), (0, 1400));
-    assert_eq!(p.server.stats().buffered_bytes, 1400);
+    assert_eq!((stats.reassembly_bytes, stats.held_bytes), (0, 1400 + O));
+    assert_eq!(p.server.stats().buffered_bytes, 1400 + O);
 }
 
 #[test]
@@ -135,7 +144,10 @@ fn partial_split_messages_expire_and_free_their_bytes() {
         let f = fragment(1000 + u32::from(id), id, 0, 3, Bytes::from(vec![0x86; 500]));
         inject(&mut p, datagram(1000 + u32::from(id), &[f]));
     }
-    assert_eq!(p.server.connection_stats(s).unwrap().reassembly_bytes, 5000);
+    assert_eq!(
+        p.server.connection_stats(s).unwrap().reassembly_bytes,
+        10 * (500 + Limits::PIECE_OVERHEAD)
+    );
     // The rest never comes; keepalive pings hold the connection open meanwhile.
     p.drive_until(Duration::from_secs(16), |_| false);
     let stats = p.server.connection_stats(s).unwrap();

@@ -4,61 +4,17 @@
 //! This binary counts its heap with a global allocator, so it holds this one test only: a
 //! second test running on another thread would disturb the count.
 
-// Implementing `GlobalAlloc` requires `unsafe`; every method forwards to `System` unchanged.
-#![allow(unsafe_code)]
-
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::Duration;
-
 use bytes::Bytes;
+use common::counting::{live, Counting};
 use common::pair::Pair;
 use raknet_netsim::LinkConfig;
 use raknet_proto::*;
-
-/// Counts the bytes currently allocated by this test binary.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; the counter only observes sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, passed on as is.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by this allocator (so by `System`) with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as for `dealloc`; on failure the old block is untouched and still counted.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        p
-    }
-}
+use std::time::Duration;
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 const CHANNEL: u8 = 2;
 

@@ -31,6 +31,7 @@ pub(crate) enum Refusal {
 struct Partial {
     count: u32,
     parts: BTreeMap<u32, Bytes>,
+    /// Payload bytes of the parts.
     bytes: usize,
     /// The first fragment's header, which carries the message's delivery metadata.
     first: Frame,
@@ -38,14 +39,23 @@ struct Partial {
     progress: Instant,
 }
 
+impl Partial {
+    /// What the budgets count for the parts held: payload plus [`Limits::PIECE_OVERHEAD`] each.
+    fn counted(&self) -> usize {
+        self.bytes + self.parts.len() * Limits::PIECE_OVERHEAD
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Reassembly {
     partials: HashMap<u16, Partial>,
+    /// What the budgets count: payload plus [`Limits::PIECE_OVERHEAD`] per fragment.
     bytes: usize,
 }
 
 impl Reassembly {
-    /// Bytes currently held.
+    /// Bytes currently held, as the budgets count them (payload plus [`Limits::PIECE_OVERHEAD`] per
+    /// fragment).
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
@@ -80,7 +90,7 @@ impl Reassembly {
                 return Err(Refusal::Busy);
             }
         }
-        if self.bytes + len > limits.max_reassembly_bytes {
+        if self.bytes + len + Limits::PIECE_OVERHEAD > limits.max_reassembly_bytes {
             return Err(Refusal::Busy);
         }
         let partial = self.partials.entry(split.id).or_insert_with(|| Partial {
@@ -105,7 +115,7 @@ impl Reassembly {
         }
         partial.bytes += len;
         partial.progress = now;
-        self.bytes += len;
+        self.bytes += len + Limits::PIECE_OVERHEAD;
         partial
             .parts
             .insert(split.index, Bytes::copy_from_slice(&frame.payload));
@@ -115,7 +125,7 @@ impl Reassembly {
         let Some(done) = self.partials.remove(&split.id) else {
             return Ok(None);
         };
-        self.bytes -= done.bytes;
+        self.bytes -= done.counted();
         let mut out = BytesMut::with_capacity(done.bytes);
         for part in done.parts.values() {
             out.extend_from_slice(part);
@@ -135,7 +145,7 @@ impl Reassembly {
         self.partials.retain(|_, p| {
             let keep = now.saturating_duration_since(p.progress) < idle;
             if !keep {
-                freed += p.bytes;
+                freed += p.counted();
             }
             keep
         });
@@ -170,7 +180,7 @@ mod tests {
         let (f, s) = frag(7, 0, 3, b"ab");
         assert_eq!(r.insert(t0(), f.clone(), s, &limits), Ok(None));
         assert_eq!(r.insert(t0(), f, s, &limits), Ok(None));
-        assert_eq!(r.bytes(), 4);
+        assert_eq!(r.bytes(), 4 + 2 * Limits::PIECE_OVERHEAD);
         let (f, s) = frag(7, 1, 3, b"cd");
         let whole = r.insert(t0(), f, s, &limits).unwrap().unwrap();
         assert_eq!(&whole.payload[..], b"abcdef");
@@ -183,7 +193,7 @@ mod tests {
         let limits = Limits {
             max_split_parts: 4,
             max_concurrent_splits: 1,
-            max_reassembly_bytes: 10,
+            max_reassembly_bytes: 2 * Limits::PIECE_OVERHEAD + 10,
             max_message_bytes: 6,
             ..Limits::default()
         };
@@ -208,7 +218,33 @@ mod tests {
             r.insert(t0(), f, s, &limits),
             Err(Refusal::Violation(Limit::MessageBytes))
         );
-        assert_eq!(r.bytes(), 4, "refused fragments hold nothing");
+        assert_eq!(
+            r.bytes(),
+            4 + Limits::PIECE_OVERHEAD,
+            "refused fragments hold nothing"
+        );
+    }
+
+    #[test]
+    fn every_fragment_counts_its_bookkeeping() {
+        // One-byte fragments: what they hold is mostly their map entry and allocation.
+        let limits = Limits {
+            max_reassembly_bytes: 3 * (1 + Limits::PIECE_OVERHEAD),
+            ..Limits::default()
+        };
+        let mut r = Reassembly::default();
+        for index in 1..4 {
+            let (f, s) = frag(1, index, 16, b"x");
+            assert_eq!(r.insert(t0(), f, s, &limits), Ok(None));
+        }
+        let (f, s) = frag(1, 4, 16, b"x");
+        assert_eq!(r.insert(t0(), f, s, &limits), Err(Refusal::Busy));
+        assert_eq!(r.bytes(), 3 * (1 + Limits::PIECE_OVERHEAD));
+        assert_eq!(
+            r.expire(t0() + Duration::from_secs(60), Duration::from_secs(10)),
+            1
+        );
+        assert_eq!(r.bytes(), 0);
     }
 
     #[test]
@@ -226,7 +262,7 @@ mod tests {
         assert_eq!(r.insert(t0(), f, split, &limits), Ok(None));
         // The reassembly keeps its own 1-byte copy, not a view of the 1,400-byte datagram.
         assert!(datagram.is_unique(), "the datagram buffer is still shared");
-        assert_eq!(r.bytes(), 1);
+        assert_eq!(r.bytes(), 1 + Limits::PIECE_OVERHEAD);
     }
 
     #[test]
@@ -241,7 +277,7 @@ mod tests {
         let idle = Duration::from_secs(10);
         assert_eq!(r.expire(t0() + Duration::from_secs(9), idle), 0);
         assert_eq!(r.expire(t0() + Duration::from_secs(10), idle), 1);
-        assert_eq!((r.len(), r.bytes()), (1, 2));
+        assert_eq!((r.len(), r.bytes()), (1, 2 + Limits::PIECE_OVERHEAD));
         assert_eq!(r.expire(t0() + Duration::from_secs(15), idle), 1);
         assert_eq!((r.len(), r.bytes()), (0, 0));
     }

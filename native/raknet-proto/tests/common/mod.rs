@@ -21,6 +21,7 @@ pub fn unassigned(n: usize) -> String {
     "04ffffffff0000".repeat(n)
 }
 
+pub mod counting;
 pub mod pair;
 
 use raknet_proto::{DataHeader, DatagramSeq, Encode, Frame};
