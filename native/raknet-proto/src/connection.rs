@@ -429,7 +429,7 @@ impl Connection {
             peer_backlogged: false,
             ack_repeats: AckRepeats::default(),
             last_ack: None,
-            naks: PendingRanges::default(),
+            naks: PendingRanges::naks(),
             paused: false,
             memory: MemoryShare::default(),
             pong_bucket: TokenBucket::new(PONGS_PER_SECOND, PONG_BURST, now),

@@ -170,7 +170,7 @@ impl DatagramWindow {
 
 /// Sequence numbers waiting to be acknowledged (or negatively acknowledged), kept as
 /// ranges. Ranges never cross the 2^24 wrap, since receivers compare plainly.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PendingRanges {
     ranges: VecDeque<AckRange>,
     /// When the oldest pending number was added.
@@ -178,9 +178,34 @@ pub(crate) struct PendingRanges {
     count: usize,
     /// Numbers added since the last `take`.
     numbers: usize,
+    /// Most ranges kept; numbers that would open another are not kept.
+    max_ranges: usize,
+}
+
+impl Default for PendingRanges {
+    fn default() -> Self {
+        Self::with_max_ranges(usize::MAX)
+    }
 }
 
 impl PendingRanges {
+    /// Ranges to NAK: at most [`MAX_NAK_RANGES`], since a late datagram looks its number up
+    /// among them. A NAK only hastens a resend the sender's timeout makes anyway, so a number
+    /// left out costs at most that wait.
+    pub(crate) fn naks() -> Self {
+        Self::with_max_ranges(MAX_NAK_RANGES)
+    }
+
+    fn with_max_ranges(max_ranges: usize) -> Self {
+        Self {
+            ranges: VecDeque::new(),
+            since: None,
+            count: 0,
+            numbers: 0,
+            max_ranges,
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
@@ -195,22 +220,30 @@ impl PendingRanges {
     }
 
     pub(crate) fn push(&mut self, now: Instant, seq: DatagramSeq) {
-        self.since.get_or_insert(now);
-        self.numbers += 1;
         if let Some(last) = self.ranges.back_mut() {
             if seq.get() != 0 && last.end.next() == seq {
                 last.end = seq;
+                self.numbers += 1;
                 return;
             }
         }
+        if self.ranges.len() >= self.max_ranges {
+            return;
+        }
+        self.since.get_or_insert(now);
+        self.numbers += 1;
         self.ranges.push_back(AckRange::single(seq));
         self.count += 1;
     }
 
     pub(crate) fn push_range(&mut self, now: Instant, range: AckRange) {
-        self.since.get_or_insert(now);
         // Split at the wrap so that start <= end holds numerically.
-        if range.start.get() > range.end.get() {
+        let wraps = range.start.get() > range.end.get();
+        if self.ranges.len() + 1 + usize::from(wraps) > self.max_ranges {
+            return;
+        }
+        self.since.get_or_insert(now);
+        if wraps {
             self.ranges.push_back(AckRange {
                 start: range.start,
                 end: DatagramSeq::MAX,
@@ -279,6 +312,12 @@ impl PendingRanges {
         out
     }
 }
+
+/// Most ranges a connection keeps to NAK (see [`PendingRanges::naks`]): more than 5 ms (the
+/// NAK delay) of a lossy peer's gaps, and few enough that looking a late datagram up among
+/// them costs little. Without a bound a peer sending every other number (each datagram
+/// opens a gap) made every datagram scan all of the gaps opened before it.
+const MAX_NAK_RANGES: usize = 256;
 
 /// How many later ACK datagrams repeat a range after it was first sent.
 const ACK_REPEATS: u8 = 2;
@@ -492,6 +531,38 @@ mod tests {
         };
         assert_eq!(r.len(), MAX_NAK_PER_GAP);
         assert_eq!(r.end, s(19_999));
+    }
+
+    #[test]
+    fn naks_keep_a_bounded_number_of_ranges() {
+        // A peer sending every other number: each datagram opens a gap of one.
+        let t = Instant::now();
+        let mut w = DatagramWindow::new(50_000);
+        let mut naks = PendingRanges::naks();
+        for n in 0..10_000u32 {
+            let Arrival::New { missing } = w.on_datagram(s(2 * n + 1), 0) else {
+                panic!("{n} not new");
+            };
+            naks.push_range(t, missing.expect("a gap before every datagram"));
+        }
+        assert_eq!(naks.len(), MAX_NAK_RANGES);
+        // A late datagram among the kept ones is still withdrawn; merging never stops.
+        naks.remove(s(2));
+        assert_eq!(naks.len(), MAX_NAK_RANGES - 1);
+        naks.push(t, s(1_000_000));
+        assert_eq!(naks.len(), MAX_NAK_RANGES);
+        let taken = naks.take(usize::MAX);
+        assert_eq!(taken.first(), Some(&AckRange::single(s(0))));
+        assert_eq!(taken.len(), MAX_NAK_RANGES);
+        // Taken, the room is there again.
+        naks.push(t, s(1_000_002));
+        assert_eq!(naks.len(), 1);
+        // ACKs are not bounded (a number left out would be resent for nothing).
+        let mut acks = PendingRanges::default();
+        for n in 0..1000u32 {
+            acks.push(t, s(2 * n));
+        }
+        assert_eq!(acks.len(), 1000);
     }
 
     #[test]
