@@ -30,6 +30,11 @@ use crate::stats::ConnectionStats;
 const MAX_OFFLINE_QUEUE: usize = 1024;
 /// Bytes of an unconnected pong before its payload: ID, time, GUID, magic.
 const PONG_HEADER_LEN: usize = 1 + 8 + 8 + 16;
+/// The 0x17 a banned source's connection attempt gets: ID, magic, server GUID.
+const BANNED_REPLY_LEN: usize = 1 + 16 + 8;
+/// 0x17 replies a second, over all banned sources: enough to tell a banned player why, too
+/// few to be worth reflecting.
+pub const BANNED_REPLIES_PER_SEC: u64 = 64;
 /// Longest offline ping response: a pong must fit one datagram at the largest MTU
 /// (1492 − 28 bytes of IP and UDP headers).
 pub const MAX_OFFLINE_PING_RESPONSE: usize = 1492 - 28 - PONG_HEADER_LEN;
@@ -355,6 +360,8 @@ pub struct Endpoint {
     /// (`group.known`): a spoofed ping flood spends the first only.
     pong_budget: TokenBucket,
     known_pong_budget: TokenBucket,
+    /// 0x17 replies to banned sources, [`BANNED_REPLIES_PER_SEC`] a second at most.
+    banned_reply_budget: TokenBucket,
     bans: Bans,
     stats: EndpointStats,
     /// Bytes of peer data all connections buffer (reassembly and ordering holds).
@@ -405,6 +412,7 @@ impl Endpoint {
             pong_rates: IpRates::new(tracked),
             pong_budget: TokenBucket::full(pong_bytes, 0),
             known_pong_budget: TokenBucket::full(pong_bytes, 0),
+            banned_reply_budget: TokenBucket::full(BANNED_REPLIES_PER_SEC, 0),
             bans: Bans::default(),
             stats: EndpointStats::default(),
             suspended: false,
@@ -537,8 +545,9 @@ impl Endpoint {
     }
 
     /// Refuse everything from `ip` for `duration` (`None`: until [`Endpoint::unban`]).
-    /// Its offline requests are answered with 0x17; its connections are left alone (close
-    /// them if you want them gone).
+    /// Its datagrams are dropped from now on, those of its connections too: close them so
+    /// that their peers are told, or they time out. Its connection attempts are answered
+    /// with 0x17 (at most [`BANNED_REPLIES_PER_SEC`] a second over all banned sources).
     pub fn ban(&mut self, now: Instant, ip: IpAddr, duration: Option<Duration>) {
         let until = duration.map(|d| self.ms(now).saturating_add(d.as_millis() as u64));
         self.bans
@@ -650,12 +659,20 @@ impl Endpoint {
         let now_ms = self.ms(now);
         if self.bans.is_banned(from.ip(), now_ms) {
             self.stats.banned += 1;
-            // Only connection attempts learn why (0x17 is 25 bytes, never more than the
-            // request): answering every datagram would make us a reflector (§14 item 12).
+            // Only connection attempts learn why, and only those at least as long as the
+            // answer, within a budget: answering every datagram would make us a reflector
+            // (§14 item 12), and a bare 17-byte stub got the 25-byte 0x17.
             if OfflineMessage::is_offline(&datagram)
                 && matches!(
                     first,
                     id::OPEN_CONNECTION_REQUEST_1 | id::OPEN_CONNECTION_REQUEST_2
+                )
+                && datagram.len() >= BANNED_REPLY_LEN
+                && self.banned_reply_budget.take(
+                    now_ms,
+                    1,
+                    BANNED_REPLIES_PER_SEC,
+                    BANNED_REPLIES_PER_SEC,
                 )
             {
                 self.queue_offline(

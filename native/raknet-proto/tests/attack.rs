@@ -487,6 +487,24 @@ fn every_unvalidated_reply_is_at_most_three_times_its_request() {
     ep.handle(now, victim, ping.clone());
     ep.handle(now, victim, Bytes::from_static(&[0x84, 0, 0, 0]));
     assert!(drain(&mut ep, now).is_empty());
+    // Nor does a bare OCR1 (ID and magic, 17 bytes), shorter than the 25-byte 0x17.
+    let stub = ocr1(6, 400).slice(..17);
+    ep.handle(now, victim, stub);
+    assert!(drain(&mut ep, now).is_empty());
+    // Connection attempts are answered within a budget shared by all banned sources.
+    let later = now + Duration::from_secs(5);
+    let banned: Vec<SocketAddr> = (0..10).map(|i| spoofed(9000 + i)).collect();
+    for b in &banned {
+        ep.ban(later, b.ip(), None);
+    }
+    let req = ocr1(6, 400);
+    for i in 0..1000 {
+        ep.handle(later, banned[i % banned.len()], req.clone());
+    }
+    let replies = drain(&mut ep, later).len() as u64;
+    assert_eq!(replies, BANNED_REPLIES_PER_SEC);
+    ep.handle(later + Duration::from_secs(1), banned[0], req);
+    assert_eq!(drain(&mut ep, later + Duration::from_secs(1)).len(), 1);
 }
 
 /// A blind attacker: speaks the whole handshake from a forged address without ever reading
