@@ -393,6 +393,7 @@ defmodule RakNet.Connection do
       handler: handler,
       delivered: 0,
       delivered_bytes: 0,
+      confirm_queued: false,
       waiting: nil,
       stopping: false
     }
@@ -528,6 +529,9 @@ defmodule RakNet.Connection do
 
     {:noreply, confirm(state)}
   end
+
+  def handle_info({:raknet_confirm, conn}, %{conn: conn} = state),
+    do: {:noreply, confirm_now(%{state | confirm_queued: false})}
 
   def handle_info({:raknet_disconnect, conn, reason}, %{conn: conn} = state) do
     disconnect(state, reason)
@@ -672,16 +676,32 @@ defmodule RakNet.Connection do
   end
 
   # Flow control: tell the runtime how many messages were handled, in batches, at the latest
-  # when the mailbox runs empty.
+  # when the mailbox runs empty. When other messages wait behind the last RakNet one (a
+  # handler's tick, a call), a {:raknet_confirm, conn} sent to self goes behind them: the
+  # count is confirmed once they are handled. Without it a connection paused for its
+  # delivery budget got no further RakNet message to confirm on, and its handler, idle,
+  # was closed as overloaded.
   defp confirm(%{delivered: 0} = state), do: state
 
   defp confirm(%{delivered: delivered} = state) do
-    if delivered >= @confirm_every or mailbox_empty?() do
-      Native.conn_delivered(state.conn, delivered, state.delivered_bytes)
-      %{state | delivered: 0, delivered_bytes: 0}
-    else
-      state
+    cond do
+      delivered >= @confirm_every or mailbox_empty?() ->
+        confirm_now(state)
+
+      state.confirm_queued ->
+        state
+
+      true ->
+        send(self(), {:raknet_confirm, state.conn})
+        %{state | confirm_queued: true}
     end
+  end
+
+  defp confirm_now(%{delivered: 0} = state), do: state
+
+  defp confirm_now(%{delivered: delivered} = state) do
+    Native.conn_delivered(state.conn, delivered, state.delivered_bytes)
+    %{state | delivered: 0, delivered_bytes: 0}
   end
 
   defp mailbox_empty? do

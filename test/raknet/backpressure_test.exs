@@ -75,4 +75,32 @@ defmodule RakNet.BackpressureTest do
     send(handler, :open_gate)
     assert_receive {:gate_disconnect, ^handler, :overloaded}, 5_000
   end
+
+  # The connection process tells the runtime what it handled when its mailbox is empty (or
+  # every 256 messages). A message of the handler's own (a game tick, a call) behind the
+  # last RakNet one used to leave the count unconfirmed: a connection paused for its
+  # delivery budget then got no further RakNet message to confirm on, and was closed as
+  # overloaded with its handler idle.
+  test "a message of the handler's own behind the last RakNet one does not stall it" do
+    port = start_server(max_pending_bytes: 65_536, client_timeout_ms: 1_000)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:gate_new, handler}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, 0::32>>)
+    assert_receive {:gate_blocked, ^handler}, 5_000
+
+    # Over the budget at once: the runtime pauses the connection until it is confirmed.
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, 1::32, 0::800_000>>)
+    assert eventually(fn -> match?({:messages, [_ | _]}, Process.info(handler, :messages)) end)
+    send(handler, :tick)
+    send(handler, :open_gate)
+    assert_receive {:gate_got, 0x86, <<0::32>>}, 5_000
+    assert_receive {:gate_got, 0x86, <<1::32, _::binary>>}, 5_000
+
+    # Taken once the runtime knows the big one was handled; past the 1 s stall timeout
+    # the connection would be closed instead.
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, 2::32>>)
+    assert_receive {:gate_got, 0x86, <<2::32>>}, 5_000
+    refute_received {:gate_disconnect, _, _}
+    refute_received {:raknet_disconnect, ^conn, _}
+  end
 end
