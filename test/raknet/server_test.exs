@@ -527,6 +527,11 @@ defmodule RakNet.ServerTest do
     assert Connection.send(conn, :reliable, :binary.copy(<<0>>, 33 * 1024 * 1024)) ==
              {:error, :too_large}
 
+    # Under the 32 MiB maximum, but more than 16 384 fragments hold at the connection's MTU
+    # (about 22 MiB at 1492): the peer would refuse it. Refused here, not dropped later.
+    big = :binary.copy(<<0>>, 24 * 1024 * 1024)
+    assert Connection.send(conn, :reliable_ack_receipt, big) == {:error, :too_large}
+
     dead = spawn(fn -> :ok end)
     assert Connection.send(dead, :reliable, <<0x86>>) == {:error, :closed}
   end

@@ -1080,6 +1080,13 @@ impl Driver {
         }
     }
 
+    /// Once the MTU is known: the longest message a send on `conn` may have.
+    fn set_max_message_len(&self, conn: ConnId, res: &ConnResource) {
+        if let Some(len) = self.endpoint.max_message_len(conn) {
+            res.max_message_bytes.store(len, Ordering::Relaxed);
+        }
+    }
+
     fn event(&mut self, event: Event) {
         match event {
             Event::Connected {
@@ -1092,6 +1099,7 @@ impl Driver {
             } => match role {
                 Role::Server => {
                     let res = ResourceArc::new(self.me.new_conn());
+                    self.set_max_message_len(conn, &res);
                     self.keys.insert(res.key, conn);
                     let mut slot = Slot::new(res.clone(), None, Role::Server);
                     slot.connected = true;
@@ -1115,7 +1123,9 @@ impl Driver {
                     };
                     slot.connected = true;
                     let res = slot.res.clone();
-                    if let Some(pid) = slot.owner {
+                    let owner = slot.owner;
+                    self.set_max_message_len(conn, &res);
+                    if let Some(pid) = owner {
                         let _ = self.env.send_and_clear(&pid, |env| {
                             (
                                 atoms::raknet_connected(),

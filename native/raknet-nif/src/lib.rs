@@ -634,7 +634,7 @@ fn conn_send<'a>(
     if len == 0 {
         return error(env, atoms::empty());
     }
-    if len > conn.max_message_bytes {
+    if len > conn.max_message_bytes.load(Ordering::Relaxed) {
         return error(env, atoms::too_large());
     }
     // Pending bytes first, with Acquire: see `Driver::settle`.
@@ -698,7 +698,9 @@ fn broadcast<'a>(
     let mut groups: Vec<(&command::CommandTx, Vec<u64>)> = Vec::new();
     let mut queued = 0usize;
     for conn in &conns {
-        if conn.closed.load(Ordering::Relaxed) || len > conn.max_message_bytes {
+        if conn.closed.load(Ordering::Relaxed)
+            || len > conn.max_message_bytes.load(Ordering::Relaxed)
+        {
             continue;
         }
         let backlog =

@@ -146,7 +146,11 @@ pub(crate) struct ConnResource {
     /// says (set at `endpoint_connect` for an owner that understands the batch form).
     pub(crate) batch_delivery: AtomicBool,
     pub(crate) max_send_bytes: usize,
-    pub(crate) max_message_bytes: usize,
+    /// The longest message a send may have: the endpoint's `max_message_bytes` until the
+    /// handshake ends, then what the connection's MTU allows (the peer's fragment limit
+    /// holds less at small MTUs), so that `conn_send` answers `:too_large` rather than the
+    /// engine dropping the message after `{:ok, _}`.
+    pub(crate) max_message_bytes: AtomicUsize,
     pub(crate) monitor: Mutex<Option<Monitor>>,
 }
 
@@ -172,7 +176,7 @@ impl ConnResource {
             flow_controlled: AtomicBool::new(false),
             batch_delivery: AtomicBool::new(false),
             max_send_bytes,
-            max_message_bytes,
+            max_message_bytes: AtomicUsize::new(max_message_bytes),
             monitor: Mutex::new(None),
         }
     }

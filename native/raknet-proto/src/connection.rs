@@ -616,6 +616,15 @@ impl Connection {
         crate::max_unsplit_payload(self.mtu)
     }
 
+    /// The longest message `send` takes: `max_message_bytes`, or what the peer's fragment
+    /// limit holds at this connection's MTU if less (it treats more fragments as a violation
+    /// and closes): at MTU 1492 the default 16,384 fragments hold about 22 MiB.
+    pub(crate) fn max_message_len(&self) -> usize {
+        let limits = &self.config.limits;
+        let by_fragments = (limits.max_split_parts as usize).saturating_mul(self.max_fragment());
+        limits.max_message_bytes.min(by_fragments)
+    }
+
     // ---- application commands ------------------------------------------------------
 
     pub(crate) fn send(
@@ -637,14 +646,10 @@ impl Connection {
         if opts.channel >= ORDERING_CHANNELS {
             return Err(SendError::InvalidChannel);
         }
-        let limits = &self.config.limits;
-        // A message the peer would refuse to reassemble (more fragments than it takes, which
-        // it treats as a violation and closes on) is refused here instead: at MTU 1492 the
-        // default 16,384 fragments hold about 22 MiB, less than `max_message_bytes`.
-        let fragments = payload.len().div_ceil(self.max_fragment());
-        if payload.len() > limits.max_message_bytes || fragments > limits.max_split_parts as usize {
+        if payload.len() > self.max_message_len() {
             return Err(SendError::TooLarge);
         }
+        let limits = &self.config.limits;
         if self.queue.bytes + self.flight.unacked_payload + payload.len()
             > limits.max_send_queue_bytes
         {

@@ -456,6 +456,13 @@ impl Endpoint {
             .flatten()
     }
 
+    /// The longest message [`Endpoint::send`] takes on a connection (see
+    /// [`Limits::max_message_bytes`](crate::Limits::max_message_bytes)): the fragment limit
+    /// bounds it below that at small MTUs. `None` if the connection does not exist.
+    pub fn max_message_len(&self, id: ConnId) -> Option<usize> {
+        self.conn(id).map(Connection::max_message_len)
+    }
+
     /// A connection's counters, if it exists.
     pub fn connection_stats(&self, id: ConnId) -> Option<ConnectionStats> {
         self.conn(id).map(Connection::stats)
