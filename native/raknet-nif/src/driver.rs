@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use crate::atoms;
 use crate::command::Command;
 use crate::convert::{self, Reason};
-use crate::resource::{ConnResource, EndpointResource};
+use crate::resource::{send_cost, ConnResource, EndpointResource};
 use crate::udp::{Outbox, Received, Udp};
 use raknet_proto::rates::{self, ConnRates, EndpointRates};
 
@@ -608,7 +608,7 @@ impl Driver {
     ) -> Option<(LocalPid, ResourceArc<ConnResource>, u32)> {
         let &id = self.keys.get(&key)?;
         let slot = self.conns.get_mut(&id)?;
-        if slot.owe(data.len()) {
+        if slot.owe(send_cost(data.len())) {
             self.unsettled.push(id);
         }
         match self.endpoint.send(now, id, data, opts) {
@@ -672,7 +672,7 @@ impl Driver {
                     let Some(slot) = self.conns.get_mut(&id) else {
                         continue;
                     };
-                    if slot.owe(data.len()) {
+                    if slot.owe(send_cost(data.len())) {
                         self.unsettled.push(id);
                     }
                     if self.endpoint.send(now, id, data.clone(), opts).is_err() {

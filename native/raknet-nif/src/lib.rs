@@ -27,7 +27,7 @@ use raknet_proto::{Endpoint, EndpointGroup, SendOptions, ORDERING_CHANNELS};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
 use crate::command::Command;
-use crate::resource::{ConnResource, EndpointResource};
+use crate::resource::{send_cost, ConnResource, EndpointResource};
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -639,11 +639,12 @@ fn conn_send<'a>(
     }
     // Pending bytes first, with Acquire: see `Driver::settle`.
     let queued = conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
-    if queued + len > conn.max_send_bytes {
+    let cost = send_cost(len);
+    if queued + cost > conn.max_send_bytes {
         return error(env, atoms::over_budget());
     }
     let receipt = reliability.has_receipt().then(|| conn.receipt_id());
-    conn.pending_bytes.fetch_add(len, Ordering::Relaxed);
+    conn.pending_bytes.fetch_add(cost, Ordering::Relaxed);
     let opts = SendOptions {
         reliability,
         channel,
@@ -705,10 +706,11 @@ fn broadcast<'a>(
         }
         let backlog =
             conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
-        if backlog + len > conn.max_send_bytes {
+        let cost = send_cost(len);
+        if backlog + cost > conn.max_send_bytes {
             continue;
         }
-        conn.pending_bytes.fetch_add(len, Ordering::Relaxed);
+        conn.pending_bytes.fetch_add(cost, Ordering::Relaxed);
         match groups.iter_mut().find(|(tx, _)| tx.same_channel(&conn.tx)) {
             Some((_, keys)) => keys.push(conn.key),
             None => groups.push((&conn.tx, vec![conn.key])),

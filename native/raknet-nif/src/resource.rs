@@ -32,6 +32,19 @@ impl DeliveryBudget {
     }
 }
 
+/// The smallest frame payload of any connection: at the smallest MTU an endpoint takes
+/// (`min_mtu` is at least 400, see `convert`).
+const SMALLEST_FRAGMENT: usize = raknet_proto::max_unsplit_payload(400);
+
+/// What a send of `len` bytes counts against a connection's send budget until the engine's
+/// backlog holds it: its payload and the record of each of its frames, as the engine counts
+/// them ([`raknet_proto::Limits::SEND_OVERHEAD`]), at the most frames it can take. Never
+/// less than the engine counts, so the engine never refuses a send this accepted; a pure
+/// function of `len`, so what `conn_send` adds is exactly what the thread takes off.
+pub(crate) fn send_cost(len: usize) -> usize {
+    len + len.div_ceil(SMALLEST_FRAGMENT).max(1) * raknet_proto::Limits::SEND_OVERHEAD
+}
+
 /// An endpoint: its command channel and what `endpoint_info` needs without asking.
 pub(crate) struct EndpointResource {
     pub(crate) tx: CommandTx,

@@ -41,7 +41,8 @@ pub struct Limits {
     /// 50 000). Default 50 000.
     pub max_datagram_gap: u32,
     /// Most bytes queued or unacknowledged for sending per connection; `send` fails with
-    /// [`crate::SendError::QueueFull`] beyond it. Default 64 MiB.
+    /// [`crate::SendError::QueueFull`] beyond it. Each frame counts its payload plus
+    /// [`Limits::SEND_OVERHEAD`]. Default 64 MiB.
     pub max_send_queue_bytes: usize,
     /// Most reliable frames in flight (sent, not yet acknowledged) per connection; further
     /// reliable frames wait in the queue. Default 1024 (official 512). A
@@ -81,6 +82,12 @@ impl Limits {
     /// one-byte pieces would hold about a hundred times what the budgets read
     /// (`tests/held_memory.rs` checks that the count covers what is allocated).
     pub const PIECE_OVERHEAD: usize = 128;
+
+    /// What [`max_send_queue_bytes`](Self::max_send_queue_bytes) counts for each frame
+    /// queued or awaiting acknowledgement, on top of its payload: the frame's own record.
+    /// Counted by payload alone, a slow peer sent one-byte messages held some hundred times
+    /// the budget.
+    pub const SEND_OVERHEAD: usize = 128;
 }
 
 impl Default for Limits {

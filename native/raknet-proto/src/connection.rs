@@ -650,7 +650,11 @@ impl Connection {
             return Err(SendError::TooLarge);
         }
         let limits = &self.config.limits;
-        if self.queue.bytes + self.flight.unacked_payload + payload.len()
+        let frames = payload.len().div_ceil(self.max_fragment());
+        if self.queue.bytes
+            + self.flight.unacked_payload
+            + payload.len()
+            + frames * Limits::SEND_OVERHEAD
             > limits.max_send_queue_bytes
         {
             return Err(SendError::QueueFull);

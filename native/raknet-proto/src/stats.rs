@@ -73,7 +73,8 @@ pub struct ConnectionStats {
     pub unknown_internal: u64,
     /// Frames queued for sending.
     pub send_queue_frames: usize,
-    /// Payload bytes queued for sending.
+    /// Bytes queued for sending, as the send budget counts them: payload plus 128 per frame
+    /// ([`Limits::SEND_OVERHEAD`](crate::Limits::SEND_OVERHEAD)).
     pub send_queue_bytes: usize,
     /// Reliable frames sent and not yet acknowledged.
     pub reliable_in_flight: usize,

@@ -414,8 +414,9 @@ fn a_message_of_more_fragments_than_the_peer_takes_is_refused() {
 
 #[test]
 fn send_queue_budget_refuses_with_queue_full() {
+    // Three messages of 3000 bytes, three frames each, fit; a fourth does not.
     let limits = Limits {
-        max_send_queue_bytes: 10_000,
+        max_send_queue_bytes: 3 * (3000 + 3 * Limits::SEND_OVERHEAD) + 1000,
         ..Limits::default()
     };
     let cfg = EndpointConfig {
@@ -452,4 +453,31 @@ fn send_queue_budget_refuses_with_queue_full() {
             .send(p.now, c, Bytes::from_static(b"\x86"), bad_channel),
         Err(SendError::InvalidChannel)
     );
+}
+
+/// Each queued frame counts its record, not only its payload: one-byte messages to a peer
+/// that does not keep up held some hundred times the budget.
+#[test]
+fn the_send_budget_counts_each_frame_s_record() {
+    let budget = 100 * (1 + Limits::SEND_OVERHEAD);
+    let cfg = EndpointConfig {
+        limits: Limits {
+            max_send_queue_bytes: budget,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let mut p = Pair::new(6, EndpointConfig::default(), cfg, LinkConfig::default());
+    let (c, _) = p.connect();
+    let opts = SendOptions::new(Reliability::ReliableOrdered);
+    let taken = (0..1000)
+        .take_while(|_| {
+            p.client
+                .send(p.now, c, Bytes::from_static(b"\x86"), opts)
+                .is_ok()
+        })
+        .count();
+    assert_eq!(taken, 100);
+    let stats = p.client.connection_stats(c).unwrap();
+    assert_eq!(stats.send_queue_bytes, budget);
 }

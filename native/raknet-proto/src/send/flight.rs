@@ -9,6 +9,7 @@ use crate::hash::OwnKeyMap;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::config::Limits;
 use crate::congestion::{CongestionEvent, Controller, DeliverySample};
 use crate::datagram::AckRange;
 use crate::frame::Frame;
@@ -87,7 +88,8 @@ pub(crate) struct Flight {
     /// Outstanding receipts and how many fragments each still waits for.
     receipts: OwnKeyMap<ReceiptId, u32>,
     pub(crate) bytes_in_flight: usize,
-    /// Payload bytes of reliable frames not yet acknowledged.
+    /// Reliable frames not yet acknowledged, as the send budget counts them (payload plus
+    /// [`Limits::SEND_OVERHEAD`] each).
     pub(crate) unacked_payload: usize,
     pub(crate) counters: FlightCounters,
     /// Bytes acknowledged so far, when the last was, and when the datagram that began the
@@ -181,7 +183,7 @@ impl Flight {
         let mut reliable = resent;
         for (frame, receipt) in new_reliable {
             let idx = frame.message_index;
-            self.unacked_payload += frame.payload.len();
+            self.unacked_payload += frame.payload.len() + Limits::SEND_OVERHEAD;
             self.frames.insert(
                 idx.get(),
                 InFlight {
@@ -293,7 +295,7 @@ impl Flight {
     fn free_frames(&mut self, reliable: &[MessageIndex], out: &mut Vec<ReceiptOutcome>) {
         for idx in reliable {
             if let Some(f) = self.frames.remove(&idx.get()) {
-                self.unacked_payload -= f.frame.payload.len();
+                self.unacked_payload -= f.frame.payload.len() + Limits::SEND_OVERHEAD;
                 if let Some(id) = f.receipt {
                     self.ack_part(id, out);
                 }

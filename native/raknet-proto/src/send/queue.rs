@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::config::Limits;
 use crate::frame::{Frame, SplitHeader, ORDERING_CHANNELS};
 use crate::reliability::Reliability;
 use crate::seq::{OrderIndex, SequenceIndex};
@@ -59,6 +60,13 @@ pub(crate) struct Pending {
     pub(crate) frame: Frame,
     pub(crate) receipt: Option<ReceiptId>,
     pub(crate) queued_at: Instant,
+}
+
+impl Pending {
+    /// What the send budget counts for this frame: payload plus [`Limits::SEND_OVERHEAD`].
+    pub(crate) fn cost(&self) -> usize {
+        self.frame.payload.len() + Limits::SEND_OVERHEAD
+    }
 }
 
 #[derive(Debug, Default)]
@@ -141,7 +149,12 @@ impl SendQueue {
             template.sequence_index = self.sequenced_write[c];
             self.sequenced_write[c] = self.sequenced_write[c].next();
         }
-        self.bytes += payload.len();
+        let frames = if split {
+            payload.len().div_ceil(max_fragment)
+        } else {
+            1
+        };
+        self.bytes += payload.len() + frames * Limits::SEND_OVERHEAD;
         if !reliability.is_reliable() && self.oldest_unreliable.is_none() {
             self.oldest_unreliable = Some(now);
         }
@@ -202,7 +215,7 @@ impl SendQueue {
                 }
             }
         }
-        self.bytes -= p.frame.payload.len();
+        self.bytes -= p.cost();
         Some(p)
     }
 
@@ -230,7 +243,7 @@ impl SendQueue {
                 let mut kept = VecDeque::with_capacity(q.len());
                 for p in q.drain(..) {
                     if expired(&p) {
-                        self.bytes -= p.frame.payload.len();
+                        self.bytes -= p.cost();
                         discard(p);
                     } else {
                         kept.push_back(p);
@@ -423,6 +436,6 @@ mod tests {
         q.expire_unreliable(t + Duration::from_secs(2), Duration::from_secs(1), |_| {
             lost += 1
         });
-        assert_eq!((lost, q.len(), q.bytes), (1, 1, 3));
+        assert_eq!((lost, q.len(), q.bytes), (1, 1, 3 + Limits::SEND_OVERHEAD));
     }
 }
