@@ -177,6 +177,24 @@ defmodule RakNet.ClientEndpoint do
     end
   end
 
+  # An endpoint that stopped (its thread failed; it said why in a log line first) is
+  # forgotten, with the connects reserved on it: the next connect or ping starts another,
+  # instead of every one failing with :closed for the life of the node.
+  def handle_info({:raknet_endpoint, endpoint, :stopped}, state) do
+    Logger.warning("raknet client: an endpoint stopped; the next connection starts another")
+    {gone, kept} = Enum.split_with(state.reserved, fn {{e, _}, _} -> e == endpoint end)
+    Enum.each(gone, fn {_key, monitor} -> Process.demonitor(monitor, [:flush]) end)
+
+    {:noreply,
+     %{
+       state
+       | endpoints:
+           Map.new(state.endpoints, fn {family, list} -> {family, list -- [endpoint]} end),
+         reserved: Map.new(kept),
+         monitors: Map.drop(state.monitors, Enum.map(gone, &elem(&1, 1)))
+     }}
+  end
+
   def handle_info({:raknet_endpoint, _endpoint, :log, level, text}, state) do
     Logger.log(level, "raknet client: " <> text)
     {:noreply, state}

@@ -227,6 +227,27 @@ defmodule RakNet.EndpointThreadsTest do
 
   # `:client_threads` set to `threads` for this test, and a fresh pool of client endpoints:
   # endpoints and reservations left by earlier tests would skew which one a connect takes.
+  test "a client endpoint that stops is replaced, not offered again" do
+    fresh_client_pool(1)
+    {_server, port} = start_server([])
+    assert {:ok, first} = RakNet.connect("127.0.0.1", port)
+    [endpoint] = RakNet.ClientEndpoint.endpoints()[:inet]
+
+    # As when its thread fails: the endpoint stops, its connection ends.
+    :ok = RakNet.Native.endpoint_stop(endpoint)
+    assert_receive {:raknet_disconnect, ^first, _reason}, 5_000
+
+    assert RakNet.Test.Wait.until(fn -> RakNet.ClientEndpoint.endpoints()[:inet] == [] end, 500) ==
+             :ok
+
+    # Pings and connects get a new one (they failed with :closed for the life of the node).
+    assert {:ok, _pong} = RakNet.Ping.ping("127.0.0.1", port)
+    assert {:ok, second} = RakNet.connect("127.0.0.1", port)
+    assert [other] = RakNet.ClientEndpoint.endpoints()[:inet]
+    assert other != endpoint
+    Connection.close(second)
+  end
+
   defp fresh_client_pool(threads) do
     previous = Application.fetch_env(:raknet, :client_threads)
     Application.put_env(:raknet, :client_threads, threads)
