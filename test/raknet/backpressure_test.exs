@@ -103,4 +103,42 @@ defmodule RakNet.BackpressureTest do
     refute_received {:gate_disconnect, _, _}
     refute_received {:raknet_disconnect, ^conn, _}
   end
+
+  # A connection's messages wait for its process (started by the listener) in the runtime,
+  # 1,024 at most: beyond that they were dropped, reliable ones included (acknowledged,
+  # never delivered). The peer is now held back at half that, until the process is there.
+  test "messages that come before the connection has its process are held back, not dropped" do
+    {server, port} = RakNet.Test.Server.start!(RakNet.Test.EchoClient)
+    listener = RakNet.Test.Server.child(server, RakNet.Server.Listener)
+    n = 1_100
+    :ok = :sys.suspend(listener)
+
+    try do
+      {:ok, conn} = RakNet.connect("127.0.0.1", port)
+      for i <- 1..n, do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, i::32>>)
+
+      # The listener has not taken the connection in: its announcement waits in its queue.
+      announced = fn ->
+        case Process.info(listener, :messages) do
+          {:messages, [{:raknet_endpoint, _, :connected, server_conn, _}]} -> server_conn
+          _ -> nil
+        end
+      end
+
+      server_conn = eventually(announced)
+      assert is_reference(server_conn)
+
+      # Held back (or, as it was, all taken and the excess dropped).
+      assert eventually(fn ->
+               {:ok, %{stats: stats}} = Connection.info(server_conn)
+               stats.refused_paused > 0 or stats.messages_in >= n
+             end)
+
+      :ok = :sys.resume(listener)
+
+      for i <- 1..n, do: assert_receive({:raknet, ^conn, 0x86, <<^i::32>>, _}, 5_000)
+    after
+      :sys.resume(listener)
+    end
+  end
 end

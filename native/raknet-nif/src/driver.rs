@@ -30,8 +30,12 @@ use raknet_proto::rates::{self, ConnRates, EndpointRates};
 /// Datagrams read per wake-up before the engine's output is flushed (bounds latency); read
 /// up to `udp::BATCH` per system call.
 const RECV_BATCH: usize = 64;
-/// Messages held for a connection until its owner is set.
-const MAX_HELD: usize = 1024;
+/// Messages held for a connection until its owner is set before the peer is held back.
+const HOLD_BACK_AT: usize = 512;
+/// Messages held for a connection until its owner is set, at most; more are dropped. Only a
+/// safety net: the peer is held back at [`HOLD_BACK_AT`], and what it sent before that took
+/// effect is at most one receive batch (64 datagrams; a few thousand tiny messages).
+const MAX_HELD: usize = 65_536;
 /// Messages of one connection delivered in one `{:raknet_batch, ...}` at most.
 const MAX_BATCH: usize = 256;
 /// How long a stopping endpoint waits for peers to acknowledge its disconnection notices.
@@ -918,8 +922,8 @@ impl Driver {
         let mut done = false;
         for h in held {
             match h {
+                // Counted when held.
                 Held::Message(payload, transit) => {
-                    count_delivery(&res, payload.len());
                     send_message(&mut self.env, &pid, &res, &payload, transit);
                 }
                 Held::Disconnect(reason) => {
@@ -932,12 +936,38 @@ impl Driver {
             self.forget(id);
             return;
         }
-        // Messages held before the owner was set count against its budget too.
+        // Messages held before the owner was set count against its budget too. A peer held
+        // back for want of an owner goes on at once if the owner has room for it.
         let messages = res.undelivered.load(Ordering::SeqCst);
         let bytes = res.undelivered_bytes.load(Ordering::SeqCst);
         if res.flow_controlled.load(Ordering::Relaxed) && res.budget.exceeded(messages, bytes) {
             self.pause(id);
+        } else if res.budget.resumable(messages, bytes)
+            && res
+                .paused
+                .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.endpoint.set_receive_paused(Instant::now(), id, false);
+            if let Some(slot) = self.conns.get_mut(&id) {
+                slot.stall = None;
+            }
         }
+    }
+
+    /// No owner yet, and [`HOLD_BACK_AT`] messages (or the delivery budget) wait for it:
+    /// the connection stops taking the peer's messages until the owner is set (then as
+    /// back-pressure does, until the owner has room). An owner not set within the timeout
+    /// leaves the connection to be closed as overloaded.
+    fn hold_back(&mut self, conn: ConnId) {
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        slot.res.paused.store(true, Ordering::SeqCst);
+        let now = Instant::now();
+        slot.stall = Some((now, slot.res.undelivered.load(Ordering::SeqCst)));
+        self.endpoint.set_receive_paused(now, conn, true);
+        self.next_stall_check.get_or_insert(now + STALL_CHECK);
     }
 
     /// Turns the counters since the last sample into per-second rates, per connection and
@@ -1169,10 +1199,24 @@ impl Driver {
                             self.pause(conn);
                         }
                     }
-                    None if slot.held.len() < MAX_HELD => {
-                        slot.held.push_back(Held::Message(payload, transit))
+                    None => {
+                        // Held until the owner is set, counted against its budget already;
+                        // past HOLD_BACK_AT (or the budget) the peer is held back, so that
+                        // what it sends meanwhile waits unacknowledged instead of being
+                        // dropped.
+                        let (messages, bytes) = count_delivery(&slot.res, payload.len());
+                        if slot.held.len() < MAX_HELD {
+                            slot.held.push_back(Held::Message(payload, transit));
+                        } else {
+                            slot.dropped += 1;
+                        }
+                        if (slot.held.len() >= HOLD_BACK_AT
+                            || slot.res.budget.exceeded(messages, bytes))
+                            && !slot.res.paused.load(Ordering::SeqCst)
+                        {
+                            self.hold_back(conn);
+                        }
                     }
-                    None => slot.dropped += 1,
                 }
             }
             Event::Receipt {
