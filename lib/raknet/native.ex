@@ -107,9 +107,12 @@ defmodule RakNet.Native do
   @spec endpoint_set_max_connections(reference(), pos_integer()) :: :ok
   def endpoint_set_max_connections(_endpoint, _max), do: :erlang.nif_error(:nif_not_loaded)
 
+  # Stops the endpoint, waiting up to `linger_ms` for its peers to acknowledge their
+  # disconnection; `{:raknet_endpoint, endpoint, :stopped}` follows once its socket is closed.
   @doc false
-  @spec endpoint_stop(reference()) :: :ok
-  def endpoint_stop(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
+  @spec endpoint_stop(reference(), non_neg_integer()) :: :ok
+  def endpoint_stop(endpoint, linger_ms \\ 2_000)
+  def endpoint_stop(_endpoint, _linger_ms), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec broadcast([reference()], atom(), integer(), atom(), binary()) ::

@@ -452,6 +452,8 @@ defmodule RakNet.Server.Listener do
 
   # How long stopping waits for peers to acknowledge their disconnection notifications.
   @stop_wait 3_000
+  # How long past that the listener waits for its endpoints to say they stopped.
+  @stop_margin 1_000
 
   def start_link(args), do: GenServer.start_link(__MODULE__, args)
 
@@ -551,7 +553,7 @@ defmodule RakNet.Server.Listener do
         open(config, rest, acc ++ Enum.map(group, &{family, &1}))
 
       {:error, reason} ->
-        Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint) end)
+        Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint, 0) end)
         {:error, reason}
     end
   end
@@ -692,9 +694,12 @@ defmodule RakNet.Server.Listener do
     # Stopped by the supervisor (the server stops, or restarts its children): calls to the
     # server fail at once from now, rather than wait for a supervisor busy stopping.
     if reason == :shutdown, do: RakNet.Connection.Registry.server_stopping(state.supervisor)
-    for {_, endpoint} <- state.endpoints, do: Native.endpoint_stop(endpoint)
+    linger = Map.get(state, :stop_wait, @stop_wait)
+    for {_, endpoint} <- state.endpoints, do: Native.endpoint_stop(endpoint, linger)
 
-    deadline = System.monotonic_time(:millisecond) + Map.get(state, :stop_wait, @stop_wait)
+    # The endpoints' own wait, and a little more for them to close their sockets: once
+    # each has said :stopped, its port is free (a restarted listener binds it again).
+    deadline = System.monotonic_time(:millisecond) + linger + @stop_margin
 
     for {_, endpoint} <- state.endpoints do
       wait = max(deadline - System.monotonic_time(:millisecond), 0)

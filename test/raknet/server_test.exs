@@ -431,6 +431,21 @@ defmodule RakNet.ServerTest do
   # children (it waits for the listener) deadlocked the two: the listener took the
   # announcement before the supervisor's exit signal and called the supervisor. Seen as a
   # test supervisor's 60 s shutdown timeout when a test ended right after a client connected.
+  # The runtime waited 2 s for its peers whatever the wait asked for, and said it had
+  # stopped before its socket was closed: a server started again on the port (a listener
+  # restarted by its supervisor) could find it taken.
+  test "a server stopped with a wait of 0 frees its port at once, even with a silent peer" do
+    {server, port} = RakNet.Test.Server.start!(EchoClient, restart: :temporary)
+    {_conn, _server_side} = connect(port)
+    # The peer's datagrams are dropped from now on: it never acknowledges the disconnection.
+    :ok = RakNet.Server.ban(server, "127.0.0.1")
+    :ok = RakNet.Server.stop(server, 0)
+
+    opts = [ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: self()]
+    assert {:ok, again} = RakNet.Server.start_link(EchoClient, port, opts)
+    :ok = RakNet.Server.stop(again, 0)
+  end
+
   test "a server stops while its first connection's announcement is still queued" do
     {server, %{ipv4_port: port}} = start_server(restart: :temporary)
 

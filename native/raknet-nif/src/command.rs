@@ -19,6 +19,9 @@ use crate::resource::ConnResource;
 #[derive(Debug)]
 pub(crate) struct Closed;
 
+/// How long an endpoint whose owner died waits for its peers' acknowledgements.
+pub(crate) const OWNER_DOWN_LINGER: Duration = Duration::from_secs(2);
+
 /// How the NIFs reach an endpoint's thread: its command channel, and for sends the way
 /// around it while the thread waits (see [`Shared`]).
 #[derive(Clone)]
@@ -134,7 +137,9 @@ pub(crate) enum Command {
     Banned {
         reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
     },
-    Stop,
+    /// Close every connection and stop, waiting at most this long for the peers to
+    /// acknowledge their disconnection notices.
+    Stop(Duration),
     /// Tests only: panic on the endpoint's thread (if the endpoint allows it).
     InjectPanic,
 }

@@ -38,8 +38,6 @@ const HOLD_BACK_AT: usize = 512;
 const MAX_HELD: usize = 65_536;
 /// Messages of one connection delivered in one `{:raknet_batch, ...}` at most.
 const MAX_BATCH: usize = 256;
-/// How long a stopping endpoint waits for peers to acknowledge its disconnection notices.
-const STOP_LINGER: Duration = Duration::from_secs(2);
 /// How often paused connections are checked for an owner that stopped making progress.
 const STALL_CHECK: Duration = Duration::from_secs(1);
 /// Log lines an endpoint sends its owner per second at most; the rest are counted and
@@ -138,6 +136,8 @@ pub(crate) struct Shared {
     inline: bool,
     /// What connections' `last_send` times count from.
     epoch: Instant,
+    /// Set when the endpoint has stopped: whom to tell, once the socket is closed.
+    stopped: Mutex<Option<(LocalPid, ResourceArc<EndpointResource>)>>,
 }
 
 impl Shared {
@@ -148,6 +148,7 @@ impl Shared {
             wake: Notify::new(),
             inline,
             epoch: Instant::now(),
+            stopped: Mutex::new(None),
         }
     }
 
@@ -278,6 +279,8 @@ impl Shared {
                     send_batch(&mut driver.env, mail);
                 }
                 driver.finish_stop();
+                *self.stopped.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((driver.owner, driver.me.clone()));
                 // Dropped here, on the endpoint's thread (it talks to the BEAM).
                 let driver = guard.take();
                 drop(guard);
@@ -325,9 +328,10 @@ impl Drop for Release<'_> {
 
 /// Install `driver` in `shared` and run the endpoint's loop until it stops.
 pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedReceiver<Command>) {
+    // Declared first, dropped last: after the socket below.
+    let _release = Release(&shared);
     let io: Arc<crate::udp::Sock> = driver.socket.io();
     *shared.lock() = Some(driver);
-    let _release = Release(&shared);
     let mut cmds = Vec::new();
     let (mut env, mut mail) = (OwnedEnv::new(), Vec::new());
     let mut wait = Wait {
@@ -371,8 +375,22 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedRe
         }
         match shared.turn(&mut rx, &mut cmds, room, &mut env, &mut mail) {
             Some(next) => wait = next,
-            None => return,
+            None => break,
         }
+    }
+    // Stopped: the driver is gone; once the socket is closed too (this was its last
+    // handle), the owner hears of it, and may bind the port again at once.
+    drop(write_wait);
+    drop(io);
+    let stopped = shared
+        .stopped
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some((owner, me)) = stopped {
+        let _ = env.send_and_clear(&owner, |env| {
+            (atoms::raknet_endpoint(), me, atoms::stopped()).encode(env)
+        });
     }
 }
 
@@ -785,10 +803,10 @@ impl Driver {
                 }));
                 let _ = reply.try_send(Some((env, saved)));
             }
-            Command::Stop => {
+            Command::Stop(linger) => {
                 if self.stop_deadline.is_none() {
                     self.endpoint.shutdown(now);
-                    self.stop_deadline = Some(now + STOP_LINGER);
+                    self.stop_deadline = Some(now + linger);
                 }
             }
         }
@@ -1425,10 +1443,6 @@ impl Driver {
             }
         }
         self.conns.clear();
-        let me = self.me.clone();
-        let _ = self.env.send_and_clear(&self.owner, |env| {
-            (atoms::raknet_endpoint(), me, atoms::stopped()).encode(env)
-        });
     }
 }
 

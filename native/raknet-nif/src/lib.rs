@@ -363,7 +363,7 @@ fn start_endpoints<'a>(
         if let Err(e) = spawned {
             // The endpoints already running stop with their sockets.
             for other in &started {
-                let _ = other.tx.send(Command::Stop);
+                let _ = other.tx.send(Command::Stop(Duration::ZERO));
             }
             return Err(error(env, io_error(&e)));
         }
@@ -484,11 +484,18 @@ fn endpoint_set_max_connections(endpoint: ResourceArc<EndpointResource>, max: us
     atoms::ok()
 }
 
+/// Stop the endpoint: every connection is closed (its peer notified), and the thread waits
+/// up to `linger_ms` (at most 60 s) for the notices to be acknowledged; then the socket is
+/// closed and the owner gets `{:raknet_endpoint, endpoint, :stopped}` (the port is free).
 #[rustler::nif]
-fn endpoint_stop(endpoint: ResourceArc<EndpointResource>) -> Atom {
-    let _ = endpoint.tx.send(Command::Stop);
+fn endpoint_stop(endpoint: ResourceArc<EndpointResource>, linger_ms: u64) -> Atom {
+    let linger = Duration::from_millis(linger_ms.min(MAX_STOP_LINGER_MS));
+    let _ = endpoint.tx.send(Command::Stop(linger));
     atoms::ok()
 }
+
+/// The longest a stopping endpoint waits for its peers' acknowledgements.
+const MAX_STOP_LINGER_MS: u64 = 60_000;
 
 /// Tests only: make the endpoint's thread panic, as a bug would, to test recovery. Refused
 /// (`{:error, :not_enabled}`) unless the endpoint was started with `fault_injection: true`.

@@ -124,7 +124,9 @@ impl Resource for EndpointResource {
     const IMPLEMENTS_DOWN: bool = true;
 
     fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
-        let _ = self.tx.send(Command::Stop);
+        let _ = self
+            .tx
+            .send(Command::Stop(crate::command::OWNER_DOWN_LINGER));
     }
 }
 
