@@ -23,6 +23,11 @@ defmodule RakNet.Server do
   """
   use Supervisor
 
+  # The largest values the runtime takes (larger ones are clamped, so that no argument
+  # can crash the listener, and with it every connection).
+  @max_u32 0xFFFF_FFFF
+  @max_u64 0xFFFF_FFFF_FFFF_FFFF
+
   alias RakNet.Server.{Config, Listener}
 
   @doc """
@@ -237,7 +242,8 @@ defmodule RakNet.Server do
   def ban(server, ip, duration_ms \\ :infinity)
       when duration_ms == :infinity or (is_integer(duration_ms) and duration_ms > 0) do
     with {:ok, ip} <- ip_address(ip) do
-      duration = if duration_ms == :infinity, do: nil, else: duration_ms
+      # Beyond what the runtime takes (u64 ms) is as good as forever.
+      duration = if duration_ms == :infinity, do: nil, else: min(duration_ms, @max_u64)
       text = ip |> :inet.ntoa() |> to_string()
 
       case GenServer.call(listener(server), {:ban, text, duration}) do
@@ -369,7 +375,7 @@ defmodule RakNet.Server do
   """
   @spec set_max_connections(Supervisor.supervisor(), pos_integer()) :: :ok
   def set_max_connections(server, max) when is_integer(max) and max > 0,
-    do: GenServer.call(listener(server), {:max_connections, max})
+    do: GenServer.call(listener(server), {:max_connections, min(max, @max_u32)})
 
   # The server's listener, from the connection registry (ETS) for a server on this node:
   # asking the server's supervisor instead waited until the end of a stop, since a supervisor

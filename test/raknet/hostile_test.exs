@@ -96,6 +96,17 @@ defmodule RakNet.HostileTest do
     assert stats.().pongs_to_known_ips >= 1
   end
 
+  # Values the runtime cannot take raised in the listener, which took every connection down.
+  test "a huge ban duration or connection limit is clamped, not a crash of the listener" do
+    {server, _port} = start_server()
+    listener = RakNet.Test.Server.child(server, RakNet.Server.Listener)
+    assert :ok = RakNet.Server.ban(server, "10.0.0.1", 2 ** 70)
+    assert :ok = RakNet.Server.set_max_connections(server, 2 ** 70)
+    assert [{{10, 0, 0, 1}, left}] = RakNet.Server.banned(server)
+    assert left > 100 * 365 * 24 * 3_600_000
+    assert RakNet.Test.Server.child(server, RakNet.Server.Listener) == listener
+  end
+
   test "bans: refused while banned, connections closed, lifted by unban or by time" do
     {server, port} = start_server()
     {:ok, conn} = RakNet.connect("127.0.0.1", port)
