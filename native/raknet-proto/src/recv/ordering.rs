@@ -171,7 +171,11 @@ impl<T: Holdable> Channel<T> {
                 .sum::<usize>()
                 + slot.ordered.as_ref().map_or(0, Holdable::weight);
             // Sequenced messages of an ordering index come before its ordered message.
-            slot.sequenced.sort_by(|a, b| a.0.cmp_wrapping(b.0));
+            // By distance from the next sequence index expected: a total order whatever the
+            // peer's indexes (the half-range comparison is not one, and a sort may panic on
+            // an inconsistent order).
+            let from = self.next_sequence;
+            slot.sequenced.sort_by_key(|(s, _)| s.distance_from(from));
             for (s, msg) in slot.sequenced {
                 if self.accept_sequenced(s) {
                     out.push(msg);
@@ -254,6 +258,25 @@ mod tests {
         // A sequenced message sent before ordered #1 but arriving after it is dropped.
         c.offer(o(1), None, "ord1", 10, &mut out);
         assert_eq!(c.offer(o(1), s(5), "late", 10, &mut out), Outcome::Stale);
+    }
+
+    #[test]
+    fn held_sequenced_messages_come_in_order_whatever_their_indexes() {
+        // Indexes a peer chose across the whole 24-bit range: no consistent half-range
+        // order exists among them; they come from the next one expected (0) upward.
+        let mut c = Channel::default();
+        let mut out = Vec::new();
+        let picks = [0x80_0001, 3, 0xFF_FFFF, 0x40_0000, 0x80_0000, 1, 0xC0_0000];
+        for (i, &n) in picks.iter().enumerate() {
+            let message = u32::try_from(i).unwrap();
+            assert_eq!(c.offer(o(1), s(n), message, 10, &mut out), Outcome::Held);
+        }
+        c.offer(o(0), None, 99, 10, &mut out);
+        // Ordered #0, then the held ones ascending from 0 while each is ahead of the last.
+        assert_eq!(out[0], 99);
+        let delivered: Vec<u32> = out[1..].iter().map(|&m| picks[m as usize]).collect();
+        assert!(delivered.windows(2).all(|w| w[0] < w[1]), "{delivered:x?}");
+        assert_eq!(delivered[..3], [1, 3, 0x40_0000]);
     }
 
     #[test]
