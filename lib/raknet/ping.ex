@@ -71,9 +71,19 @@ defmodule RakNet.Ping do
     timeout = opts |> Keyword.validate!(timeout: 3000) |> Keyword.fetch!(:timeout)
 
     with {:ok, ip} <- resolve(host),
-         {:ok, endpoint} <- RakNet.ClientEndpoint.any(ip),
-         address = ip |> :inet.ntoa() |> to_string(),
-         :ok <- RakNet.Native.endpoint_ping(endpoint, address, port, self()) do
+         {:ok, endpoint} <- RakNet.ClientEndpoint.any(ip) do
+      # Waited for in a process of its own: a pong that comes after the timeout goes to a
+      # process that is gone, not into the caller's mailbox.
+      fn -> await_pong(endpoint, ip, port, timeout) end
+      |> Task.async()
+      |> Task.await(:infinity)
+    end
+  end
+
+  defp await_pong(endpoint, ip, port, timeout) do
+    address = ip |> :inet.ntoa() |> to_string()
+
+    with :ok <- RakNet.Native.endpoint_ping(endpoint, address, port, self()) do
       receive do
         {:raknet_pong, ^endpoint, {^ip, ^port} = from, guid, data, rtt_us} ->
           {:ok, %{address: from, guid: guid, data: data, motd: parse_motd(data), rtt_us: rtt_us}}

@@ -32,6 +32,23 @@ defmodule RakNet.PingTest do
     end
   end
 
+  # The runtime kept one pinger per address (a second ping replaced the first, which timed
+  # out), and a pong after the timeout was left in the caller's mailbox.
+  test "concurrent pings of one address all get the pong; a late one leaves nothing behind" do
+    {:ok, endpoint} = RakNet.Native.endpoint_start(@endpoint_opts, self())
+    on_exit(fn -> RakNet.Native.endpoint_stop(endpoint) end)
+    port = RakNet.Native.endpoint_info(endpoint).port
+
+    pings = for _ <- 1..5, do: Task.async(fn -> RakNet.Ping.ping("127.0.0.1", port) end)
+    assert Enum.all?(Task.await_many(pings, 5_000), &match?({:ok, %{guid: 42}}, &1))
+
+    # Given up on at once; its pong comes later, while the next ping waits for its own.
+    assert {:error, :timeout} = RakNet.Ping.ping("127.0.0.1", port, timeout: 0)
+    assert {:ok, _} = RakNet.Ping.ping("127.0.0.1", port)
+    assert {:ok, _} = RakNet.Ping.ping("127.0.0.1", port)
+    refute_receive {:raknet_pong, _, _, _, _, _}, 200
+  end
+
   test "pings over IPv6" do
     {:ok, endpoint} = RakNet.Native.endpoint_start(%{@endpoint_opts | host: "::1"}, self())
     on_exit(fn -> RakNet.Native.endpoint_stop(endpoint) end)

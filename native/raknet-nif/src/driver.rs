@@ -36,6 +36,8 @@ const HOLD_BACK_AT: usize = 512;
 /// safety net: the peer is held back at [`HOLD_BACK_AT`], and what it sent before that took
 /// effect is at most one receive batch (64 datagrams; a few thousand tiny messages).
 const MAX_HELD: usize = 65_536;
+/// Pings awaiting a pong, all addresses together, before they are forgotten.
+const MAX_PINGERS: usize = 1024;
 /// Messages of one connection delivered in one `{:raknet_batch, ...}` at most.
 const MAX_BATCH: usize = 256;
 /// How often paused connections are checked for an owner that stopped making progress.
@@ -404,7 +406,9 @@ pub(crate) struct Driver {
     /// cheaply. Peer addresses keep SipHash.
     conns: OwnKeyMap<ConnId, Slot>,
     /// Who asked for a pong from an address (`endpoint_ping`); bounded.
-    pingers: HashMap<SocketAddr, (LocalPid, Instant)>,
+    pingers: HashMap<SocketAddr, Vec<(LocalPid, Instant)>>,
+    /// Pingers waiting in `pingers`, all addresses together.
+    pinger_count: usize,
     keys: OwnKeyMap<u64, ConnId>,
     local_addrs: LocalAddrs,
     stop_deadline: Option<Instant>,
@@ -471,6 +475,7 @@ impl Driver {
             env: OwnedEnv::new(),
             conns: OwnKeyMap::default(),
             pingers: HashMap::new(),
+            pinger_count: 0,
             keys: OwnKeyMap::default(),
             local_addrs: LocalAddrs::default(),
             stop_deadline: None,
@@ -763,10 +768,14 @@ impl Driver {
                 let _ = self.endpoint.set_offline_ping_response(data);
             }
             Command::Ping { addr, owner } => {
-                if self.pingers.len() >= 1024 {
+                // Pingers whose server never answered are forgotten in bulk.
+                if self.pinger_count >= MAX_PINGERS {
                     self.pingers.clear();
+                    self.pinger_count = 0;
                 }
-                self.pingers.insert(addr, (owner, now));
+                // Every process pinging an address gets the pong (one overwrote another).
+                self.pingers.entry(addr).or_default().push((owner, now));
+                self.pinger_count += 1;
                 self.endpoint.ping(now, addr);
             }
             Command::Info { key, reply } => {
@@ -1306,25 +1315,28 @@ impl Driver {
             }
             Event::Pong { from, pong, .. } => {
                 // Timed here: the ping's own time field only has millisecond resolution.
-                let Some((pid, sent)) = self.pingers.remove(&from) else {
+                let Some(pingers) = self.pingers.remove(&from) else {
                     return;
                 };
-                let rtt = sent.elapsed();
-                let me = self.me.clone();
-                let _ = self.env.send_and_clear(&pid, |env| {
-                    let mut data = rustler::NewBinary::new(env, pong.data.len());
-                    data.as_mut_slice().copy_from_slice(&pong.data);
-                    let data: rustler::Binary = data.into();
-                    (
-                        atoms::raknet_pong(),
-                        me,
-                        convert::address(env, from),
-                        pong.server_guid,
-                        data,
-                        rtt.as_micros() as u64,
-                    )
-                        .encode(env)
-                });
+                self.pinger_count -= pingers.len();
+                for (pid, sent) in pingers {
+                    let rtt = sent.elapsed();
+                    let me = self.me.clone();
+                    let _ = self.env.send_and_clear(&pid, |env| {
+                        let mut data = rustler::NewBinary::new(env, pong.data.len());
+                        data.as_mut_slice().copy_from_slice(&pong.data);
+                        let data: rustler::Binary = data.into();
+                        (
+                            atoms::raknet_pong(),
+                            me,
+                            convert::address(env, from),
+                            pong.server_guid,
+                            data,
+                            rtt.as_micros() as u64,
+                        )
+                            .encode(env)
+                    });
+                }
             }
             _ => {}
         }
