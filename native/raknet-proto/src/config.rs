@@ -18,9 +18,11 @@ pub struct Limits {
     /// messages are refused (their datagram is not acknowledged, so the sender retries).
     /// Default 64.
     pub max_concurrent_splits: usize,
-    /// Most bytes of the peer's data a connection buffers: fragments in reassembly plus
-    /// messages held for ordering behind a gap. Beyond it such frames are refused as above
-    /// (a frame that is delivered at once never is). Default 64 MiB.
+    /// Most bytes of the peer's data a connection buffers: fragments in reassembly,
+    /// messages held for ordering behind a gap, and messages that came before the
+    /// handshake ended, each counted with [`Limits::PIECE_OVERHEAD`] on top of its payload.
+    /// Beyond it such frames are refused as above (a frame that is delivered at once never
+    /// is). Default 64 MiB.
     pub max_reassembly_bytes: usize,
     /// The same, for all the connections of an endpoint together: the memory a crowd of
     /// peers can make it hold. Default 512 MiB.
@@ -57,10 +59,10 @@ pub struct Limits {
     /// take 0.35 s (47 MB/s), and 0.21 s (79 MB/s) with the window's limit, which peaks at
     /// about 5900 frames. Default 16 384.
     ///
-    /// Memory: a frame in flight holds a slice of its message, whose bytes the send queue limit
-    /// ([`Limits::max_send_queue_bytes`]) already counts, plus about 100–200 bytes of
-    /// bookkeeping (its record and a hash-map slot): at most about 3 MB per connection at the
-    /// default. The peer must accept that many reliable frames ahead of the oldest missing one:
+    /// Memory: a frame in flight holds a slice of its message and about 100–200 bytes of
+    /// bookkeeping (its record and a hash-map slot), which the send queue limit
+    /// ([`Limits::max_send_queue_bytes`]) counts as its payload plus
+    /// [`Limits::SEND_OVERHEAD`]. The peer must accept that many reliable frames ahead of the oldest missing one:
     /// this engine does up to [`Limits::max_reliable_window`] (65 536), official RakNet up to
     /// 1 000 000; RakLib keeps a window of 2048 and drops what lies beyond it. To cap a BBR
     /// connection at `n` frames, set both this and `max_reliable_in_flight` to `n`.
@@ -68,8 +70,9 @@ pub struct Limits {
     /// Most connections (including handshakes in progress) per endpoint; OCR2 beyond it
     /// is answered with 0x14. Default 1024.
     pub max_connections: usize,
-    /// Most messages held for a server connection between its 0x09 and 0x13.
-    /// Default 64.
+    /// Most messages held for a connection before its handshake ends (a server's between
+    /// the peer's 0x09 and 0x13, a client's until the server's 0x10); more are refused
+    /// until it ends. They count against [`Limits::max_reassembly_bytes`] too. Default 64.
     pub max_early_messages: usize,
 }
 

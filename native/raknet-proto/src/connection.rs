@@ -1061,9 +1061,18 @@ impl Connection {
         if wire.uses_channel() && !self.channels[channel].can_take(frame.order_index, max_held) {
             return Err(None);
         }
-        // A frame that will wait (a fragment, or a message behind a gap) must fit in the
-        // connection's and the endpoint's receive budgets.
+        // A message before the handshake ends waits for it: refused here when there is no
+        // room for it (unacknowledged, so the peer sends it again), not dropped later.
+        let early = matches!(self.state, State::Accepting | State::Requesting)
+            && frame.split.is_none()
+            && !is_internal(&frame);
+        if early && self.early.len() >= self.config.limits.max_early_messages {
+            return Err(None);
+        }
+        // A frame that will wait (a fragment, a message behind a gap or before the end of
+        // the handshake) must fit in the connection's and the endpoint's receive budgets.
         let waits = frame.split.is_some()
+            || early
             || (wire.uses_channel() && self.channels[channel].would_hold(frame.order_index));
         if waits && !self.can_buffer(frame.payload.len() + Limits::PIECE_OVERHEAD) {
             return Err(None);
@@ -1182,9 +1191,10 @@ impl Connection {
                         self.events
                             .push_back(ConnEvent::Message { payload, transit });
                     }
+                    // Checked before the frame was taken (`accept_frame`), but for a split
+                    // message completing now: its fragments were counted in reassembly.
                     State::Accepting | State::Requesting
-                        if self.early.len() < self.config.limits.max_early_messages
-                            && self.can_buffer(payload.len() + Limits::PIECE_OVERHEAD) =>
+                        if self.early.len() < self.config.limits.max_early_messages =>
                     {
                         self.stats.messages_in += 1;
                         self.early_bytes += payload.len() + Limits::PIECE_OVERHEAD;

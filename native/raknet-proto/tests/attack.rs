@@ -1082,4 +1082,11 @@ fn messages_before_the_handshake_ends_count_against_the_buffer_budgets() {
     assert!(!c.is_connected(id), "still requesting");
     assert_eq!(c.stats().buffered_bytes, budget, "ten kept, ten refused");
     assert_eq!(c.connection_stats(id).unwrap().refused_over_limit, 10);
+    // Refused, not taken and dropped: left unacknowledged, so the peer's resend is looked
+    // at again (a taken one would be a duplicate, acknowledged and gone).
+    let mut message = vec![0u8; 1001];
+    message[0] = 0x86;
+    c.handle(now, server, data(15, Reliability::Reliable, 15, message));
+    let stats = c.connection_stats(id).unwrap();
+    assert_eq!((stats.duplicates, stats.refused_over_limit), (0, 11));
 }

@@ -278,13 +278,17 @@ impl PendingRanges {
             (false, true) => self.ranges[i].end = seq.wrapping_sub(1),
             (false, false) => {
                 self.ranges[i].end = seq.wrapping_sub(1);
-                self.ranges.insert(
-                    i + 1,
-                    AckRange {
-                        start: seq.next(),
-                        end: r.end,
-                    },
-                );
+                // Full: the numbers above `seq` are not kept (their resends come on the
+                // sender's timeout), so late datagrams cannot grow the list either.
+                if self.ranges.len() < self.max_ranges {
+                    self.ranges.insert(
+                        i + 1,
+                        AckRange {
+                            start: seq.next(),
+                            end: r.end,
+                        },
+                    );
+                }
             }
         }
         self.count = self.ranges.len();
@@ -546,6 +550,19 @@ mod tests {
             naks.push_range(t, missing.expect("a gap before every datagram"));
         }
         assert_eq!(naks.len(), MAX_NAK_RANGES);
+        // A late datagram inside a kept range splits it only while there is room.
+        let mut wide = PendingRanges::naks();
+        wide.push_range(
+            t,
+            AckRange {
+                start: s(1),
+                end: s(49_998),
+            },
+        );
+        for n in 1..1000u32 {
+            wide.remove(s(2 * n));
+        }
+        assert_eq!(wide.len(), MAX_NAK_RANGES);
         // A late datagram among the kept ones is still withdrawn; merging never stops.
         naks.remove(s(2));
         assert_eq!(naks.len(), MAX_NAK_RANGES - 1);
