@@ -336,7 +336,8 @@ defmodule RakNet.Server do
   @doc """
   Stops the server gracefully: it stops accepting, every connected client gets a
   disconnection notification after what was already queued for it, the server waits up to
-  `timeout` ms (default 3 s) for their acknowledgements, and every connection's
+  `timeout` ms (default 3 s, at most 60 s) for their acknowledgements, then closes its sockets
+  (the port is free when this returns), and every connection's
   `RakNet.Client.disconnect/1` runs. A server under your own supervisor stops with it the same
   way (with the default wait). This function is for a server you started with `start_link/3`
   yourself: a supervisor restarts a (permanent) child that stops, so to stop one for good,

@@ -225,8 +225,6 @@ defmodule RakNet.EndpointThreadsTest do
     Connection.close(second)
   end
 
-  # `:client_threads` set to `threads` for this test, and a fresh pool of client endpoints:
-  # endpoints and reservations left by earlier tests would skew which one a connect takes.
   test "a client endpoint that stops is replaced, not offered again" do
     fresh_client_pool(1)
     {_server, port} = start_server([])
@@ -248,6 +246,8 @@ defmodule RakNet.EndpointThreadsTest do
     Connection.close(second)
   end
 
+  # `:client_threads` set to `threads` for this test, and a fresh pool of client endpoints:
+  # endpoints and reservations left by earlier tests would skew which one a connect takes.
   defp fresh_client_pool(threads) do
     previous = Application.fetch_env(:raknet, :client_threads)
     Application.put_env(:raknet, :client_threads, threads)

@@ -33,11 +33,14 @@ const RECV_BATCH: usize = 64;
 /// Messages held for a connection until its owner is set before the peer is held back.
 const HOLD_BACK_AT: usize = 512;
 /// Messages held for a connection until its owner is set, at most; more are dropped. Only a
-/// safety net: the peer is held back at [`HOLD_BACK_AT`], and what it sent before that took
-/// effect is at most one receive batch (64 datagrams; a few thousand tiny messages).
+/// safety net: the peer is held back at [`HOLD_BACK_AT`]; what comes before that takes
+/// effect is what one receive batch releases (64 datagrams, and the messages the engine held
+/// for ordering that they let through: 4096 per channel at most).
 const MAX_HELD: usize = 65_536;
 /// Pings awaiting a pong, all addresses together, before they are forgotten.
 const MAX_PINGERS: usize = 1024;
+/// A ping unanswered for this long is forgotten first (`RakNet.Ping` waits 3 s by default).
+const PINGER_EXPIRY: Duration = Duration::from_secs(60);
 /// Messages of one connection delivered in one `{:raknet_batch, ...}` at most.
 const MAX_BATCH: usize = 256;
 /// How often paused connections are checked for an owner that stopped making progress.
@@ -88,6 +91,8 @@ struct Slot {
     /// Bytes of sends handed to the engine and not yet taken off `res.pending_bytes` (see
     /// [`Driver::settle`]).
     unsettled: usize,
+    /// Closed as overloaded (its owner, if any, was told so).
+    overloaded: bool,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -768,7 +773,15 @@ impl Driver {
                 let _ = self.endpoint.set_offline_ping_response(data);
             }
             Command::Ping { addr, owner } => {
-                // Pingers whose server never answered are forgotten in bulk.
+                // Pingers whose server never answered are forgotten: those waiting longer
+                // than any ping waits first, then (a flood of pings) all of them.
+                if self.pinger_count >= MAX_PINGERS {
+                    self.pingers.retain(|_, waiting| {
+                        waiting.retain(|(_, sent)| now.duration_since(*sent) < PINGER_EXPIRY);
+                        !waiting.is_empty()
+                    });
+                    self.pinger_count = self.pingers.values().map(Vec::len).sum();
+                }
                 if self.pinger_count >= MAX_PINGERS {
                     self.pingers.clear();
                     self.pinger_count = 0;
@@ -979,6 +992,10 @@ impl Driver {
             if let Some(slot) = self.conns.get_mut(&id) {
                 slot.stall = None;
             }
+        } else if let Some(slot) = self.conns.get_mut(&id).filter(|s| s.stall.is_some()) {
+            // Still paused until the owner catches up: its progress counts from now, not
+            // from when the messages were held for it.
+            slot.stall = Some((Instant::now(), messages));
         }
     }
 
@@ -1231,12 +1248,12 @@ impl Driver {
                         // past HOLD_BACK_AT (or the budget) the peer is held back, so that
                         // what it sends meanwhile waits unacknowledged instead of being
                         // dropped.
-                        let (messages, bytes) = count_delivery(&slot.res, payload.len());
-                        if slot.held.len() < MAX_HELD {
-                            slot.held.push_back(Held::Message(payload, transit));
-                        } else {
+                        if slot.held.len() >= MAX_HELD {
                             slot.dropped += 1;
+                            return;
                         }
+                        let (messages, bytes) = count_delivery(&slot.res, payload.len());
+                        slot.held.push_back(Held::Message(payload, transit));
                         if (slot.held.len() >= HOLD_BACK_AT
                             || slot.res.budget.exceeded(messages, bytes))
                             && !slot.res.paused.load(Ordering::SeqCst)
@@ -1289,6 +1306,7 @@ impl Driver {
                 }
                 slot.reported = true;
                 let why = match (reason, slot.close_reason.take()) {
+                    (DisconnectReason::LocalClose, _) if slot.overloaded => Reason::Overloaded,
                     (DisconnectReason::LocalClose, Some(term)) => Reason::Closed(term),
                     (reason, _) => Reason::Engine(reason),
                 };
@@ -1404,6 +1422,8 @@ impl Driver {
             slot.reported = true;
             send_disconnect(&mut self.env, &pid, &slot.res, Reason::Overloaded);
         }
+        // An owner set later hears why (the engine's close would read as a local one).
+        slot.overloaded = true;
         slot.res.closed.store(true, Ordering::Relaxed);
         self.endpoint.close(Instant::now(), conn);
         self.log(
@@ -1513,6 +1533,7 @@ impl Slot {
             batch: Vec::new(),
             server: None,
             unsettled: 0,
+            overloaded: false,
         }
     }
 }
