@@ -534,6 +534,9 @@ defmodule RakNet.Connection do
     do: {:noreply, confirm_now(%{state | confirm_queued: false})}
 
   def handle_info({:raknet_disconnect, conn, reason}, %{conn: conn} = state) do
+    # No longer listed by the time the handler hears of it: what it tells the others ("X
+    # left") agrees with what RakNet.Server.connections/1 and lookup/3 answer them.
+    RakNet.Connection.Registry.unregister()
     disconnect(state, reason)
     # Not :normal: processes linked to this one (started by new/3) end with the connection.
     {:stop, {:shutdown, reason}, %{state | client: nil, handler: nil}}
@@ -635,6 +638,8 @@ defmodule RakNet.Connection do
     # supervisor's shutdown has not: tell it now, then close. After a crash the handler's
     # state is suspect, so it is not called again. Closing is graceful (the peer is notified);
     # the runtime would also close the connection once this process is gone.
+    RakNet.Connection.Registry.unregister()
+
     if shutdown?(reason) and (state.client != nil or state.handler != nil) do
       try do
         disconnect(state, :shutdown)
@@ -643,7 +648,6 @@ defmodule RakNet.Connection do
       end
     end
 
-    RakNet.Connection.Registry.unregister()
     Native.conn_close(conn)
     RakNet.Telemetry.connection_stop(state, reason)
   end

@@ -87,6 +87,42 @@ defmodule RakNet.HandlerTest do
 
   defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
 
+  defmodule Leaver do
+    # Tells the test which connections its server lists when its own disconnect runs.
+    use RakNet.Handler
+
+    @impl RakNet.Handler
+    def handle_connect(info, test) do
+      send(test, {:connected, self(), info})
+      {:ok, %{test: test, server: info.server}}
+    end
+
+    @impl RakNet.Handler
+    def handle_message(_type, _payload, _transit, state), do: {:noreply, state}
+
+    @impl RakNet.Handler
+    def handle_disconnect(_reason, state) do
+      listed = for %{pid: pid} <- RakNet.Server.connections(state.server), do: pid
+      send(state.test, {:left, self(), listed})
+    end
+  end
+
+  # What a handler tells the others when it leaves ("X left") agrees with what the server
+  # answers them: a connection is no longer listed when its disconnect callback runs (it
+  # was until its process ended, and a player asking for the list then still saw it).
+  test "a connection is no longer listed when its disconnect callback runs" do
+    {_server, port} = start_server(Leaver)
+    {:ok, stays} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:connected, _, _}, 5_000
+    {:ok, leaves} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:connected, pid, _}, 5_000
+    Connection.close(leaves)
+    assert_receive {:left, ^pid, listed}, 5_000
+    refute pid in listed
+    assert length(listed) == 1
+    Connection.close(stays)
+  end
+
   # The server-side process is the one whose peer is this connection's socket: a stray
   # {:connected, ...} (a connection the server saw that is not this one) is not taken for it.
   defp connect(port) do
