@@ -257,6 +257,7 @@ defmodule Bench.Soak do
       connections_ok: num(out, ~r/connections\s+(\d+) ok/),
       connections_failed: num(out, ~r/connections\s+\d+ ok, (\d+) failed/),
       connections_dropped: num(out, ~r/dropped\s+(\d+) connections/),
+      drop_reasons: drop_reasons(out),
       reliable: verify_line(out, "reliable"),
       sequenced: verify_line(out, "sequenced"),
       verify_ok: out =~ ~r/verify\s+ok/,
@@ -364,7 +365,8 @@ defmodule Bench.Soak do
       "soak: #{o.connections} connections x #{o.rate} ticks/s x (reliable_ordered + unreliable_sequenced), " <>
         "#{o.size} B on channel #{o.channel}, #{o.seconds} s, through a relay with " <>
         "#{pct(o.loss)} loss, #{pct(o.dup)} duplication, #{pct(o.reorder)} reordering (seed #{o.seed})",
-      "  connections          #{r.connections_ok} ok, #{r.connections_failed} failed, #{r.connections_dropped} ended early",
+      "  connections          #{r.connections_ok} ok, #{r.connections_failed} failed, #{r.connections_dropped} ended early" <>
+        if(r.drop_reasons, do: " (#{r.drop_reasons})", else: ""),
       "  reliable_ordered     sent #{rel.sent}, echoed #{rel.echoed}: lost #{rel.lost}, " <>
         "duplicated #{rel.duplicated}, out of order #{rel.out_of_order}",
       "  unreliable_sequenced sent #{seq.sent}, echoed #{seq.echoed}: lost #{seq.lost} " <>
@@ -396,6 +398,14 @@ defmodule Bench.Soak do
   defp pad(x, n), do: x |> to_string() |> String.pad_leading(n)
 
   defdelegate num(out, re), to: Bench.Proc
+
+  # Why connections ended early, as the load tester says (its first five), or nil.
+  defp drop_reasons(out) do
+    case Regex.run(~r/dropped\s+\d+ connections ended early \((.*)\)/, out) do
+      [_, reasons] -> reasons
+      nil -> nil
+    end
+  end
 
   defp int(v), do: String.to_integer(v)
 end
