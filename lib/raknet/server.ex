@@ -344,11 +344,32 @@ defmodule RakNet.Server do
   use `Supervisor.terminate_child/2` on its supervisor (that waits as the default does).
 
       :ok = RakNet.Server.stop(server, 10_000)
+
+  Called from one of the server's own connection processes (a handler), it returns at once
+  and the server stops from another process (the caller's connection closes with the
+  others, its disconnect callback told `:shutdown`).
   """
   @spec stop(Supervisor.supervisor(), timeout()) :: :ok
   def stop(server, timeout \\ 3_000) when is_integer(timeout) and timeout >= 0 do
+    if own_connection?(server) do
+      # Called by one of the server's own connections (an admin's command, say): the stop
+      # ends this very process, which cannot wait for it (it was killed after 5 s, its
+      # disconnect callback never run). Another process stops the server; this returns.
+      {:ok, _} = Task.start(fn -> stop_now(server, timeout) end)
+      :ok
+    else
+      stop_now(server, timeout)
+    end
+  end
+
+  defp stop_now(server, timeout) do
     GenServer.call(listener(server), {:stop_wait, timeout})
     Supervisor.stop(server, :normal, :infinity)
+  end
+
+  defp own_connection?(server) do
+    pid = GenServer.whereis(server)
+    is_pid(pid) and RakNet.Connection.Registry.server_of(self()) == {:ok, pid}
   end
 
   @doc """

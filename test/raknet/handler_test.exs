@@ -107,6 +107,41 @@ defmodule RakNet.HandlerTest do
     end
   end
 
+  defmodule Stopper do
+    # Stops its own server when asked (an admin's command).
+    use RakNet.Handler
+
+    @impl RakNet.Handler
+    def handle_connect(info, test) do
+      send(test, {:connected, self(), info})
+      {:ok, %{test: test, server: info.server}}
+    end
+
+    @impl RakNet.Handler
+    def handle_message(0x86, "stop the server", _transit, state) do
+      send(state.test, {:stop_returned, RakNet.Server.stop(state.server, 0)})
+      {:noreply, state}
+    end
+
+    def handle_message(_type, _payload, _transit, state), do: {:noreply, state}
+
+    @impl RakNet.Handler
+    def handle_disconnect(reason, state), do: send(state.test, {:stopper_down, self(), reason})
+  end
+
+  # The stop ends the calling process itself, which waited for it until it was killed.
+  test "a handler may stop its own server" do
+    {server, port} = start_server(Stopper, restart: :temporary)
+    ref = Process.monitor(server)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:connected, pid, _}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop the server">>)
+    assert_receive {:stop_returned, :ok}, 1_000
+    assert_receive {:stopper_down, ^pid, :shutdown}, 1_000
+    assert_receive {:DOWN, ^ref, :process, ^server, _}, 5_000
+    assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+  end
+
   # What a handler tells the others when it leaves ("X left") agrees with what the server
   # answers them: a connection is no longer listed when its disconnect callback runs (it
   # was until its process ended, and a player asking for the list then still saw it).
