@@ -704,14 +704,28 @@ defmodule RakNet.Server.Listener do
 
   def handle_info(:telemetry, state) do
     schedule_telemetry(state.config)
+    infos = family_infos(state)
+    %{supervisor: supervisor, telemetry: previous} = state
 
-    telemetry =
-      for {family, info} <- family_infos(state), into: %{} do
-        previous = Map.get(state.telemetry, family, %{})
-        {family, RakNet.Telemetry.server_stats(state.supervisor, family, info, previous)}
-      end
+    # Emitted from a process of its own: handlers run where the event is emitted, and one
+    # that called the server (to put the player count in the MOTD, say) called this process
+    # from itself, exited and was detached; a slow one held up every accept.
+    spawn(fn ->
+      for {family, info} <- infos,
+          do:
+            RakNet.Telemetry.server_stats(
+              supervisor,
+              family,
+              info,
+              Map.get(previous, family, %{})
+            )
+    end)
 
-    {:noreply, %{state | telemetry: telemetry}}
+    {:noreply,
+     %{
+       state
+       | telemetry: Map.new(infos, fn {family, info} -> {family, Map.get(info, :stats, %{})} end)
+     }}
   end
 
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}

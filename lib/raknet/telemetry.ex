@@ -26,8 +26,9 @@ defmodule RakNet.Telemetry do
   | `[:raknet, :server, :limited]` | `:count` (since the last `:stats`) | `:server`, `:port`, `:family`, `:limit` |
 
   `:stats` is emitted by each `RakNet.Server` for each of its sockets every
-  `:telemetry_interval_ms` (default 1000, see `RakNet.Server.Config`); `:refused` and
-  `:limited` follow it, one per counter that grew in the interval. Refusal reasons:
+  `:telemetry_interval_ms` (default 1000, see `RakNet.Server.Config`), from a short-lived
+  process (a handler may call the server, to put the player count in its MOTD, say);
+  `:refused` and `:limited` follow it, one per counter that grew in the interval. Refusal reasons:
   `:full` (and `:full_late`: full by the time the client's 0x09 or 0x13 came), `:ip_connections`
   (`:max_connections_per_ip`), `:recently_connected` (`:new_connections_per_ip_per_sec`),
   `:banned`, `:incompatible_protocol`, `:bad_cookie`, `:already_connected`. Limits:
@@ -164,7 +165,8 @@ defmodule RakNet.Telemetry do
   end
 
   @doc false
-  # From a server's listener, every :telemetry_interval_ms: the :stats event of one socket,
+  # For a server's listener (from a process it spawns), every :telemetry_interval_ms: the
+  # :stats event of one socket,
   # and :refused / :limited for the counters that grew since `previous` (that socket's stats
   # last time, %{} the first time). Returns the stats to pass next time.
   @spec server_stats(pid(), atom(), map(), map()) :: map()

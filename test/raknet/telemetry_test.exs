@@ -83,6 +83,29 @@ defmodule RakNet.TelemetryTest do
     assert_receive {:client_new, ^pid}, 2_000
   end
 
+  test "a handler of the :stats event may call the server" do
+    {server, _port} = start_server()
+    test = self()
+    id = make_ref()
+
+    :ok =
+      :telemetry.attach(
+        id,
+        [:raknet, :server, :stats],
+        fn _event, %{connections: n}, %{server: ^server}, _ ->
+          :ok = RakNet.Server.set_offline_ping_response(server, "players: #{n}")
+          send(test, {:info_from_stats, RakNet.Server.info(server)})
+        end,
+        nil
+      )
+
+    on_exit(fn -> :telemetry.detach(id) end)
+    # It ran in the listener, which it called: the call exited (:calling_self), and the
+    # handler was detached for good.
+    assert_receive {:info_from_stats, %{connections: 0}}, 2_000
+    assert_receive {:info_from_stats, %{connections: 0}}, 2_000
+  end
+
   @tag :capture_log
   test "a handler crash is an :exception event" do
     {_server, port} = start_server()

@@ -1,8 +1,8 @@
 defmodule :telemetry do
   # A test-only stand-in for the `telemetry` package (hex.pm cannot be reached here), with
   # the part of its API raknet's tests use: attach/4, attach_many/4, detach/1, execute/3.
-  # As the real one, handlers run in the process that emits, and a handler that raises is
-  # detached. It is compiled in the test environment only: the library itself never depends
+  # As the real one, handlers run in the process that emits, and a handler that raises, throws
+  # or exits is detached. It is compiled in the test environment only: the library itself never depends
   # on it (RakNet.Telemetry looks the module up at run time).
   @moduledoc false
 
@@ -30,8 +30,8 @@ defmodule :telemetry do
     for {id, events, fun, config} <- :persistent_term.get(@key, []), event in events do
       try do
         fun.(event, measurements, metadata, config)
-      rescue
-        _ -> detach(id)
+      catch
+        _kind, _reason -> detach(id)
       end
     end
 
