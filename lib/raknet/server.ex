@@ -502,20 +502,58 @@ defmodule RakNet.Server.Listener do
         schedule_telemetry(config)
         RakNet.Connection.Registry.register_server(supervisor)
 
-        {:ok,
-         %{
-           config: config,
-           supervisor: supervisor,
-           endpoints: endpoints,
-           connections: connections,
-           handler: RakNet.Handler.spec!(config.client_module),
-           telemetry: %{}
-         }}
+        state = %{
+          config: config,
+          supervisor: supervisor,
+          endpoints: endpoints,
+          connections: connections,
+          handler: RakNet.Handler.spec!(config.client_module),
+          telemetry: %{}
+        }
+
+        {:ok, reapply(state, RakNet.Connection.Registry.overrides(supervisor))}
 
       {:error, reason} ->
         {:stop, reason}
     end
   end
+
+  # What the operator changed while the server runs (suspend/1, set_max_connections/2,
+  # set_offline_ping_response/2, ban/3, unban/2) is kept beside the server's registry rows,
+  # and applied again by a listener that restarts (after an endpoint's thread failed, say):
+  # a restart lifted every ban and resumed a suspended server.
+  defp remember(state, fun) do
+    overrides = RakNet.Connection.Registry.overrides(state.supervisor)
+    RakNet.Connection.Registry.put_overrides(state.supervisor, fun.(overrides))
+  end
+
+  defp reapply(state, overrides) do
+    for {_, ep} <- state.endpoints do
+      if Map.get(overrides, :suspended), do: Native.endpoint_set_suspended(ep, true)
+
+      if pong = overrides[:offline_ping_response],
+        do: Native.endpoint_set_offline_ping_response(ep, pong)
+
+      if max = overrides[:max_connections], do: Native.endpoint_set_max_connections(ep, max)
+
+      now = now_ms()
+
+      for {ip, until} <- Map.get(overrides, :bans, %{}) do
+        case until do
+          :infinity -> Native.endpoint_ban(ep, ip, nil)
+          until when until > now -> Native.endpoint_ban(ep, ip, until - now)
+          _expired -> :ok
+        end
+      end
+    end
+
+    case overrides[:max_connections] do
+      nil -> state
+      max -> %{state | config: %{state.config | max_connections: max}}
+    end
+  end
+
+  defp now_ms, do: System.monotonic_time(:millisecond)
 
   # The periodic [:raknet, :server, :stats] event, when telemetry is there to take it.
   defp schedule_telemetry(%Config{telemetry_interval_ms: nil}), do: :ok
@@ -611,6 +649,7 @@ defmodule RakNet.Server.Listener do
     case Enum.find(results, &match?({:error, _}, &1)) do
       nil ->
         warn_pong_size(state.config, data)
+        remember(state, &Map.put(&1, :offline_ping_response, data))
         {:reply, :ok, state}
 
       error ->
@@ -623,19 +662,26 @@ defmodule RakNet.Server.Listener do
 
   def handle_call({:suspended, suspended}, _from, state) do
     Enum.each(state.endpoints, fn {_, ep} -> Native.endpoint_set_suspended(ep, suspended) end)
+    remember(state, &Map.put(&1, :suspended, suspended))
     {:reply, :ok, state}
   end
 
   def handle_call({:max_connections, max}, _from, state) do
     Enum.each(state.endpoints, fn {_, ep} -> Native.endpoint_set_max_connections(ep, max) end)
+    remember(state, &Map.put(&1, :max_connections, max))
     {:reply, :ok, %{state | config: %{state.config | max_connections: max}}}
   end
 
-  def handle_call({:ban, ip, duration}, _from, state),
-    do: {:reply, each_endpoint(state, &Native.endpoint_ban(&1, ip, duration)), state}
+  def handle_call({:ban, ip, duration}, _from, state) do
+    until = if duration, do: now_ms() + duration, else: :infinity
+    remember(state, fn o -> Map.update(o, :bans, %{ip => until}, &Map.put(&1, ip, until)) end)
+    {:reply, each_endpoint(state, &Native.endpoint_ban(&1, ip, duration)), state}
+  end
 
-  def handle_call({:unban, ip}, _from, state),
-    do: {:reply, each_endpoint(state, &Native.endpoint_unban(&1, ip)), state}
+  def handle_call({:unban, ip}, _from, state) do
+    remember(state, fn o -> Map.update(o, :bans, %{}, &Map.delete(&1, ip)) end)
+    {:reply, each_endpoint(state, &Native.endpoint_unban(&1, ip)), state}
+  end
 
   def handle_call(:banned, _from, state) do
     bans =

@@ -79,6 +79,38 @@ defmodule RakNet.FaultsTest do
     assert_receive {:raknet, ^conn, 0x86, "again", _}, 5_000
   end
 
+  # What the operator changed was kept by the endpoints only: a restarted listener lifted
+  # every ban, resumed a suspended server, and forgot the connection limit and the pong.
+  @tag :capture_log
+  test "a listener that restarts keeps the operator's bans, suspension, limit and pong" do
+    {server, _port} = start_server(EchoClient)
+    :ok = RakNet.Server.ban(server, "10.1.2.3")
+    :ok = RakNet.Server.ban(server, "10.1.2.4", 60_000)
+    :ok = RakNet.Server.ban(server, "10.1.2.5")
+    :ok = RakNet.Server.unban(server, "10.1.2.5")
+    :ok = RakNet.Server.set_offline_ping_response(server, "kept")
+    :ok = RakNet.Server.set_max_connections(server, 1)
+    :ok = RakNet.Server.suspend(server)
+
+    old_listener = listener(server)
+    [{:inet, endpoint} | _] = :sys.get_state(old_listener).endpoints
+    ref = Process.monitor(old_listener)
+    Native.endpoint_stop(endpoint)
+    assert_receive {:DOWN, ^ref, :process, ^old_listener, _}, 5_000
+    %{ipv4_port: port} = RakNet.Server.info(server)
+    assert listener(server) != old_listener
+
+    bans = Map.new(RakNet.Server.banned(server))
+    assert %{{10, 1, 2, 3} => :infinity, {10, 1, 2, 4} => left} = bans
+    assert left > 50_000 and map_size(bans) == 2
+    assert {:ok, %{data: "kept"}} = RakNet.Ping.ping("127.0.0.1", port)
+    assert {:error, :no_free_incoming_connections} = RakNet.connect("127.0.0.1", port)
+
+    :ok = RakNet.Server.resume(server)
+    assert {:ok, _player} = RakNet.connect("127.0.0.1", port)
+    assert {:error, :no_free_incoming_connections} = RakNet.connect("127.0.0.1", port)
+  end
+
   test "a connection supervisor that dies is started again, and the new listener uses it" do
     {server, _port} = start_server(EchoClient)
 

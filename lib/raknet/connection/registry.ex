@@ -134,6 +134,26 @@ defmodule RakNet.Connection.Registry do
     ArgumentError -> :error
   end
 
+  @doc """
+  Keeps what the operator changed on the server `supervisor` while it runs (bans, suspension,
+  connection limit, pong), for a listener that restarts to apply again. Removed with the
+  server's other rows when its supervisor goes.
+  """
+  @spec put_overrides(pid(), map()) :: :ok
+  def put_overrides(supervisor, overrides) do
+    :ets.insert(@index, {{supervisor, :overrides, nil}, overrides})
+    :ok
+  end
+
+  @doc "What `put_overrides/2` kept for the server `supervisor` (`%{}`: nothing)."
+  @spec overrides(pid()) :: map()
+  def overrides(supervisor) do
+    case :ets.lookup(@index, {supervisor, :overrides, nil}) do
+      [{_, overrides}] -> overrides
+      [] -> %{}
+    end
+  end
+
   @doc "The server (its supervisor) of the connection `pid` runs, or `:error`."
   @spec server_of(pid()) :: {:ok, pid()} | :error
   def server_of(pid) do
@@ -209,6 +229,7 @@ defmodule RakNet.Connection.Registry do
       [] ->
         # A server's supervisor (or nothing of ours).
         :ets.delete(@index, {pid, :listener, nil})
+        :ets.delete(@index, {pid, :overrides, nil})
         :ok
     end
   end
