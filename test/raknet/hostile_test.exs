@@ -96,6 +96,26 @@ defmodule RakNet.HostileTest do
     assert stats.().pongs_to_known_ips >= 1
   end
 
+  test ":max_message_bytes bounds what a peer may send, and what may be sent to it" do
+    {_server, port} =
+      RakNet.Test.Server.start!(RakNet.Test.ReasonClient, max_message_bytes: 10_000)
+
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:reason_new, pid}, 5_000
+    {:ok, server_conn} = RakNet.Connection.conn_ref(pid)
+
+    assert RakNet.Connection.send(pid, :reliable, :binary.copy(<<0x86>>, 10_001)) ==
+             {:error, :too_large}
+
+    assert {:ok, nil} = RakNet.Connection.send(pid, :reliable, :binary.copy(<<0x86>>, 10_000))
+    assert_receive {:raknet, ^conn, 0x86, _, _}, 5_000
+
+    # A longer message from the peer (its split header announces it) ends the connection.
+    {:ok, nil} = RakNet.Connection.send(conn, :reliable, :binary.copy(<<0x86>>, 20_000))
+    assert_receive {:disconnect_2, ^pid, {:limit_exceeded, :message_bytes}}, 5_000
+    assert RakNet.Connection.send(server_conn, :reliable, <<0x86>>) == {:error, :closed}
+  end
+
   # Values the runtime cannot take raised in the listener, which took every connection down.
   test "a huge ban duration or connection limit is clamped, not a crash of the listener" do
     {server, _port} = start_server()

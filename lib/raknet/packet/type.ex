@@ -23,6 +23,9 @@ defmodule RakNet.Packet.Type do
   parser walk or allocate more). Without `max`, strings, binaries and lists are bounded by
   their prefix type and, when parsing, by the bytes actually received; lists of elements that
   can take zero bytes (nested structs without fields) need `max`, and default to 65,536.
+  Give lists a `max`: bounded by the bytes received alone, a list of one-byte elements
+  decoded from a 20 MB message is 20 million list cells (320 MB), and one of small structs
+  more still. The server's `:max_message_bytes` bounds the message itself.
 
   This module normalizes declarations at compile time; the encoders and decoders are in
   `RakNet.Packet.Codec`.

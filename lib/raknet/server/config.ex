@@ -114,6 +114,12 @@ defmodule RakNet.Server.Config do
       `536_870_912` (512 MiB); at least 1 MiB.
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
+    * `:max_message_bytes` - the longest message taken from a peer (a longer one announced
+      in its split header closes the connection with `{:limit_exceeded, :message_bytes}`)
+      and sent to one (`{:error, :too_large}` beyond it). A game whose messages are small
+      should lower it: a peer's message is also what its handler decodes, and a decoded
+      list can take many times its bytes (see `RakNet.Packet.Type`). Default `33_554_432`
+      (32 MiB); at least 1 024.
     * `:telemetry_interval_ms` - how often the server emits its `[:raknet, :server, :stats]`
       telemetry event (and `:refused` / `:limited`), see `RakNet.Telemetry`; `nil` never.
       Only when the `:telemetry` module is available. Default `1_000`; at least 100.
@@ -182,6 +188,7 @@ defmodule RakNet.Server.Config do
           | {:max_pending_deliveries, pos_integer()}
           | {:max_pending_bytes, pos_integer()}
           | {:max_buffered_bytes, pos_integer()}
+          | {:max_message_bytes, pos_integer()}
           | {:telemetry_interval_ms, pos_integer() | nil}
           | {:congestion_control, :reno | :bbr}
           | {:endpoint_threads, 1..1024 | nil}
@@ -221,6 +228,7 @@ defmodule RakNet.Server.Config do
             max_pending_deliveries: 10_000,
             max_pending_bytes: 4_194_304,
             max_buffered_bytes: 536_870_912,
+            max_message_bytes: 33_554_432,
             telemetry_interval_ms: 1_000,
             congestion_control: :reno,
             endpoint_threads: nil,
@@ -311,7 +319,8 @@ defmodule RakNet.Server.Config do
   @minimums %{
     max_pending_deliveries: {16, ""},
     max_pending_bytes: {65_536, " (bytes)"},
-    max_buffered_bytes: {1_048_576, " (bytes)"}
+    max_buffered_bytes: {1_048_576, " (bytes)"},
+    max_message_bytes: {1_024, " (bytes)"}
   }
 
   defp validate(:host, nil), do: nil
@@ -598,6 +607,7 @@ defmodule RakNet.Server.Config do
       max_pending_deliveries: c.max_pending_deliveries,
       max_pending_bytes: c.max_pending_bytes,
       max_buffered_bytes: c.max_buffered_bytes,
+      max_message_bytes: c.max_message_bytes,
       congestion_control: c.congestion_control,
       batch_delivery: c.batch_delivery,
       inline_sends: c.inline_sends,

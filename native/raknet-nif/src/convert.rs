@@ -182,6 +182,8 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             // Optional: the engine's default unless given.
             max_endpoint_buffered_bytes: get::<usize>(map, "max_buffered_bytes")
                 .unwrap_or(Limits::default().max_endpoint_buffered_bytes),
+            max_message_bytes: get::<usize>(map, "max_message_bytes")
+                .unwrap_or(Limits::default().max_message_bytes),
             // Tests only: fewer frames in flight towards a peer with a small receive buffer
             // (whichever the congestion controller).
             max_reliable_in_flight: in_flight.unwrap_or(Limits::default().max_reliable_in_flight),
