@@ -725,6 +725,7 @@ defmodule RakNet.ServerTest do
                  :max_pending_deliveries,
                  :max_pending_bytes,
                  :max_buffered_bytes,
+                 :max_message_bytes,
                  :handshake_timeout_ms,
                  :max_half_open,
                  :max_half_open_per_ip,
