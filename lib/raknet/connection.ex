@@ -54,6 +54,8 @@ defmodule RakNet.Connection do
   """
   use GenServer, restart: :temporary
 
+  require Logger
+
   alias RakNet.Native
   alias RakNet.ReliabilityLayer.Reliability
 
@@ -330,7 +332,7 @@ defmodule RakNet.Connection do
   end
 
   @impl GenServer
-  def init({:accepted, conn, spec, client_data, server, info}) do
+  def init({:accepted, conn, spec, client_data, server, info, opts}) do
     init_process()
 
     case Native.conn_set_owner(conn, self()) do
@@ -342,6 +344,7 @@ defmodule RakNet.Connection do
         state =
           new_state(conn, spec)
           |> Map.merge(%{server: server, started: nil, info: info})
+          |> Map.put(:rate, rate_limit(opts.max_messages_per_sec))
 
         # The :start event and the handler come in handle_continue, not here: the server's
         # listener waits for init to return, so a new/3 or a telemetry handler that calls the
@@ -385,7 +388,8 @@ defmodule RakNet.Connection do
         {:client, _struct} -> nil
       end
 
-    # `stopping`: a handler callback returned {:stop, ...}; the peer's later messages are
+    # `stopping`: a handler callback returned {:stop, ...} (or the peer went over the
+    # server's :max_messages_per_sec, `rate`); the peer's later messages are
     # dropped while the close completes.
     %{
       conn: conn,
@@ -394,6 +398,7 @@ defmodule RakNet.Connection do
       delivered: 0,
       delivered_bytes: 0,
       confirm_queued: false,
+      rate: nil,
       waiting: nil,
       stopping: false
     }
@@ -474,24 +479,10 @@ defmodule RakNet.Connection do
 
   @impl GenServer
   def handle_info({:raknet, conn, type, payload, transit}, %{conn: conn} = state) do
-    state = %{
-      state
-      | delivered: state.delivered + 1,
-        delivered_bytes: state.delivered_bytes + byte_size(payload) + 1
-    }
-
-    case state.handler do
-      nil ->
-        # As in X-Plane's library the return value is not the new client state.
-        RakNet.Client.receive(state.client, type, payload, transit)
-        {:noreply, confirm(state)}
-
-      _module when state.stopping ->
-        {:noreply, confirm(state)}
-
-      module ->
-        module.handle_message(type, payload, transit, state.client)
-        |> handler_result(confirm(state))
+    case take_rate(state, 1) do
+      {:ok, state} -> deliver_one(type, payload, transit, state)
+      :exceeded -> {:noreply, over_rate(state, 1, byte_size(payload) + 1)}
+      :dropped -> {:noreply, confirm(handled(state, 1, byte_size(payload) + 1))}
     end
   end
 
@@ -503,13 +494,11 @@ defmodule RakNet.Connection do
         {n + 1, b + byte_size(payload) + 1}
       end)
 
-    state = %{
-      state
-      | delivered: state.delivered + count,
-        delivered_bytes: state.delivered_bytes + bytes
-    }
-
-    deliver_batch(messages, confirm(state))
+    case take_rate(state, count) do
+      {:ok, state} -> deliver_batch(messages, confirm(handled(state, count, bytes)))
+      :exceeded -> {:noreply, over_rate(state, count, bytes)}
+      :dropped -> {:noreply, confirm(handled(state, count, bytes))}
+    end
   end
 
   def handle_info({:raknet_receipt, conn, id, fate}, %{conn: conn, handler: module} = state)
@@ -584,6 +573,24 @@ defmodule RakNet.Connection do
       end
     else
       {:noreply, state}
+    end
+  end
+
+  defp deliver_one(type, payload, transit, state) do
+    state = handled(state, 1, byte_size(payload) + 1)
+
+    case state.handler do
+      nil ->
+        # As in X-Plane's library the return value is not the new client state.
+        RakNet.Client.receive(state.client, type, payload, transit)
+        {:noreply, confirm(state)}
+
+      _module when state.stopping ->
+        {:noreply, confirm(state)}
+
+      module ->
+        module.handle_message(type, payload, transit, state.client)
+        |> handler_result(confirm(state))
     end
   end
 
@@ -678,6 +685,46 @@ defmodule RakNet.Connection do
     impl = RakNet.Client.impl_for(client)
     impl != nil and Code.ensure_loaded?(impl) and function_exported?(impl, name, arity)
   end
+
+  # The server's :max_messages_per_sec: a token bucket of twice the rate (a burst of up to
+  # two seconds' worth), refilled as time passes. A peer over it is disconnected with
+  # {:limit_exceeded, :message_rate} and its messages dropped: whatever the handler passes
+  # them on to (a zone, the world) would otherwise take every peer's rate.
+  defp rate_limit(nil), do: nil
+
+  defp rate_limit(per_sec),
+    do: {per_sec, 2 * per_sec * 1_000, System.monotonic_time(:millisecond)}
+
+  defp take_rate(%{rate: nil} = state, _count), do: {:ok, state}
+  # Closing (over the rate, or its handler stopped): what still comes is dropped.
+  defp take_rate(%{stopping: true}, _count), do: :dropped
+
+  defp take_rate(%{rate: {per_sec, milli_tokens, last}} = state, count) do
+    now = System.monotonic_time(:millisecond)
+    milli_tokens = min(milli_tokens + (now - last) * per_sec, 2 * per_sec * 1_000)
+
+    if milli_tokens >= count * 1_000,
+      do: {:ok, %{state | rate: {per_sec, milli_tokens - count * 1_000, now}}},
+      else: :exceeded
+  end
+
+  defp over_rate(state, count, bytes) do
+    Logger.warning(
+      "raknet: closing #{inspect(state.info[:address])}: over #{elem(state.rate, 0)} messages a second"
+    )
+
+    close(state.conn, {:limit_exceeded, :message_rate})
+    # The dropped messages count as handled, for flow control.
+    confirm(handled(%{state | stopping: true}, count, bytes))
+  end
+
+  # `count` more messages of `bytes` handled (or dropped), to confirm (flow control).
+  defp handled(state, count, bytes),
+    do: %{
+      state
+      | delivered: state.delivered + count,
+        delivered_bytes: state.delivered_bytes + bytes
+    }
 
   # Flow control: tell the runtime how many messages were handled, in batches, at the latest
   # when the mailbox runs empty. When other messages wait behind the last RakNet one (a

@@ -707,7 +707,9 @@ defmodule RakNet.Server.Listener do
   def handle_info({:raknet_endpoint, _endpoint, :connected, conn, info}, state) do
     config = state.config
 
-    args = {:accepted, conn, state.handler, config.client_data, state.supervisor, info}
+    args =
+      {:accepted, conn, state.handler, config.client_data, state.supervisor, info,
+       %{max_messages_per_sec: config.max_messages_per_sec}}
 
     case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
       {:ok, _pid} ->

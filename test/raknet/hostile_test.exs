@@ -96,6 +96,27 @@ defmodule RakNet.HostileTest do
     assert stats.().pongs_to_known_ips >= 1
   end
 
+  @tag :capture_log
+  test ":max_messages_per_sec disconnects a peer over the rate, not one within it" do
+    {_server, port} =
+      RakNet.Test.Server.start!(RakNet.Test.ReasonClient, max_messages_per_sec: 100)
+
+    {:ok, polite} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:reason_new, polite_pid}, 5_000
+    {:ok, flood} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:reason_new, flood_pid}, 5_000
+
+    # A burst within twice the rate passes.
+    for _ <- 1..150, do: {:ok, nil} = RakNet.Connection.send(polite, :reliable, <<0x86>>)
+    # 1,000 at once is ten seconds' worth.
+    for _ <- 1..1_000, do: {:ok, nil} = RakNet.Connection.send(flood, :reliable, <<0x86>>)
+
+    assert_receive {:disconnect_2, ^flood_pid, {:limit_exceeded, :message_rate}}, 5_000
+    assert_receive {:raknet_disconnect, ^flood, :peer_closed}, 5_000
+    refute_received {:disconnect_2, ^polite_pid, _}
+    assert Process.alive?(polite_pid)
+  end
+
   test ":max_message_bytes bounds what a peer may send, and what may be sent to it" do
     {_server, port} =
       RakNet.Test.Server.start!(RakNet.Test.ReasonClient, max_message_bytes: 10_000)

@@ -114,6 +114,11 @@ defmodule RakNet.Server.Config do
       `536_870_912` (512 MiB); at least 1 MiB.
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
+    * `:max_messages_per_sec` - the most messages a second a peer may send, sustained (bursts
+      of up to twice that pass): a peer over it is disconnected, its handler's disconnect
+      callback told `{:limit_exceeded, :message_rate}`, and its messages from then on are
+      dropped. For handlers that pass what they get on to shared processes (a zone, the
+      world), which would otherwise take every peer's rate. Default `nil`: no limit.
     * `:max_message_bytes` - the longest message taken from a peer (a longer one announced
       in its split header closes the connection with `{:limit_exceeded, :message_bytes}`)
       and sent to one (`{:error, :too_large}` beyond it). A game whose messages are small
@@ -189,6 +194,7 @@ defmodule RakNet.Server.Config do
           | {:max_pending_bytes, pos_integer()}
           | {:max_buffered_bytes, pos_integer()}
           | {:max_message_bytes, pos_integer()}
+          | {:max_messages_per_sec, pos_integer() | nil}
           | {:telemetry_interval_ms, pos_integer() | nil}
           | {:congestion_control, :reno | :bbr}
           | {:endpoint_threads, 1..1024 | nil}
@@ -229,6 +235,7 @@ defmodule RakNet.Server.Config do
             max_pending_bytes: 4_194_304,
             max_buffered_bytes: 536_870_912,
             max_message_bytes: 33_554_432,
+            max_messages_per_sec: nil,
             telemetry_interval_ms: 1_000,
             congestion_control: :reno,
             endpoint_threads: nil,
@@ -472,6 +479,15 @@ defmodule RakNet.Server.Config do
     {min, unit} = Map.fetch!(@minimums, key)
     check(key, value, is_integer(value) and value >= min, "an integer >= #{min}#{unit}")
   end
+
+  defp validate(:max_messages_per_sec, value),
+    do:
+      check(
+        :max_messages_per_sec,
+        value,
+        value == nil or (is_integer(value) and value > 0),
+        "nil or a positive integer"
+      )
 
   defp validate(:telemetry_interval_ms, value),
     do:
