@@ -70,6 +70,9 @@ defmodule RakNet.Connection do
   @typedoc "Options of `send/4`."
   @type send_opt :: {:channel, 0..31} | {:priority, priority()}
 
+  # Messages above this size are sent from a dirty scheduler (see send/4).
+  @dirty_send_bytes 1_048_576
+
   # Confirm deliveries to the runtime (flow control) at least this often.
   @confirm_every 256
 
@@ -125,7 +128,10 @@ defmodule RakNet.Connection do
 
   def send(conn, reliability, message, opts) when is_reference(conn) do
     with {:ok, channel, priority} <- check_send(reliability, opts) do
-      Native.conn_send(conn, reliability, channel, priority, message)
+      # A large message's copy would hold a normal scheduler too long: a dirty one takes it.
+      if byte_size(message) > @dirty_send_bytes,
+        do: Native.conn_send_dirty(conn, reliability, channel, priority, message),
+        else: Native.conn_send(conn, reliability, channel, priority, message)
     end
   end
 

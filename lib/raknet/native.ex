@@ -136,6 +136,13 @@ defmodule RakNet.Native do
   def conn_send(_conn, _reliability, _channel, _priority, _data),
     do: :erlang.nif_error(:nif_not_loaded)
 
+  # conn_send/5 on a dirty scheduler, for a large message (its copy takes a while).
+  @doc false
+  @spec conn_send_dirty(reference(), atom(), non_neg_integer(), atom(), binary()) ::
+          {:ok, nil | pos_integer()} | {:error, atom()}
+  def conn_send_dirty(_conn, _reliability, _channel, _priority, _data),
+    do: :erlang.nif_error(:nif_not_loaded)
+
   @doc false
   @spec conn_close(reference()) :: :ok
   def conn_close(_conn), do: :erlang.nif_error(:nif_not_loaded)

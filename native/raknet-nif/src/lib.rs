@@ -619,6 +619,32 @@ fn conn_send<'a>(
     priority: Atom,
     data: Binary<'a>,
 ) -> Term<'a> {
+    send_message(env, conn, reliability, channel, priority, data)
+}
+
+/// `conn_send` on a dirty scheduler, for a large message: its copy takes longer than a
+/// normal scheduler should be held (about 0.1 ms a MiB). `RakNet.Connection.send/4` picks it
+/// above 1 MiB.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn conn_send_dirty<'a>(
+    env: Env<'a>,
+    conn: ResourceArc<ConnResource>,
+    reliability: Atom,
+    channel: i64,
+    priority: Atom,
+    data: Binary<'a>,
+) -> Term<'a> {
+    send_message(env, conn, reliability, channel, priority, data)
+}
+
+fn send_message<'a>(
+    env: Env<'a>,
+    conn: ResourceArc<ConnResource>,
+    reliability: Atom,
+    channel: i64,
+    priority: Atom,
+    data: Binary<'a>,
+) -> Term<'a> {
     let Some(reliability) = convert::reliability(reliability) else {
         return error(env, atoms::bad_reliability());
     };
