@@ -54,8 +54,6 @@ defmodule RakNet.Connection do
   """
   use GenServer, restart: :temporary
 
-  require Logger
-
   alias RakNet.Native
   alias RakNet.ReliabilityLayer.Reliability
 
@@ -338,19 +336,19 @@ defmodule RakNet.Connection do
   end
 
   @impl GenServer
-  def init({:accepted, conn, spec, client_data, server, info, opts}) do
+  def init({:accepted, conn, spec, client_data, server, info}) do
     init_process()
 
     case Native.conn_set_owner(conn, self()) do
       :ok ->
         Process.put(:raknet_conn, conn)
+        Process.put(:raknet_server, server)
         info = Map.put(info, :connected_at, System.system_time(:millisecond))
         RakNet.Connection.Registry.register(conn, server, info)
 
         state =
           new_state(conn, spec)
           |> Map.merge(%{server: server, started: nil, info: info})
-          |> Map.put(:rate, rate_limit(opts.max_messages_per_sec))
 
         # The :start event and the handler come in handle_continue, not here: the server's
         # listener waits for init to return, so a new/3 or a telemetry handler that calls the
@@ -394,8 +392,7 @@ defmodule RakNet.Connection do
         {:client, _struct} -> nil
       end
 
-    # `stopping`: a handler callback returned {:stop, ...} (or the peer went over the
-    # server's :max_messages_per_sec, `rate`); the peer's later messages are
+    # `stopping`: a handler callback returned {:stop, ...}; the peer's later messages are
     # dropped while the close completes.
     %{
       conn: conn,
@@ -404,7 +401,6 @@ defmodule RakNet.Connection do
       delivered: 0,
       delivered_bytes: 0,
       confirm_queued: false,
-      rate: nil,
       waiting: nil,
       stopping: false
     }
@@ -485,10 +481,20 @@ defmodule RakNet.Connection do
 
   @impl GenServer
   def handle_info({:raknet, conn, type, payload, transit}, %{conn: conn} = state) do
-    case take_rate(state, 1) do
-      {:ok, state} -> deliver_one(type, payload, transit, state)
-      :exceeded -> {:noreply, over_rate(state, 1, byte_size(payload) + 1)}
-      :dropped -> {:noreply, confirm(handled(state, 1, byte_size(payload) + 1))}
+    state = handled(state, 1, byte_size(payload) + 1)
+
+    case state.handler do
+      nil ->
+        # As in X-Plane's library the return value is not the new client state.
+        RakNet.Client.receive(state.client, type, payload, transit)
+        {:noreply, confirm(state)}
+
+      _module when state.stopping ->
+        {:noreply, confirm(state)}
+
+      module ->
+        module.handle_message(type, payload, transit, state.client)
+        |> handler_result(confirm(state))
     end
   end
 
@@ -500,11 +506,7 @@ defmodule RakNet.Connection do
         {n + 1, b + byte_size(payload) + 1}
       end)
 
-    case take_rate(state, count) do
-      {:ok, state} -> deliver_batch(messages, confirm(handled(state, count, bytes)))
-      :exceeded -> {:noreply, over_rate(state, count, bytes)}
-      :dropped -> {:noreply, confirm(handled(state, count, bytes))}
-    end
+    deliver_batch(messages, confirm(handled(state, count, bytes)))
   end
 
   def handle_info({:raknet_receipt, conn, id, fate}, %{conn: conn, handler: module} = state)
@@ -529,8 +531,9 @@ defmodule RakNet.Connection do
     do: {:noreply, confirm_now(%{state | confirm_queued: false})}
 
   def handle_info({:raknet_disconnect, conn, reason}, %{conn: conn} = state) do
-    # No longer listed by the time the handler hears of it: what it tells the others ("X
-    # left") agrees with what RakNet.Server.connections/1 and lookup/3 answer them.
+    # The peer is gone (or the connection closed): no longer listed by the time the handler
+    # hears of it, so what it tells the others ("X left") agrees with what
+    # RakNet.Server.connections/1 and lookup/3 answer them.
     RakNet.Connection.Registry.unregister()
     disconnect(state, reason)
     # Not :normal: processes linked to this one (started by new/3) end with the connection.
@@ -579,24 +582,6 @@ defmodule RakNet.Connection do
       end
     else
       {:noreply, state}
-    end
-  end
-
-  defp deliver_one(type, payload, transit, state) do
-    state = handled(state, 1, byte_size(payload) + 1)
-
-    case state.handler do
-      nil ->
-        # As in X-Plane's library the return value is not the new client state.
-        RakNet.Client.receive(state.client, type, payload, transit)
-        {:noreply, confirm(state)}
-
-      _module when state.stopping ->
-        {:noreply, confirm(state)}
-
-      module ->
-        module.handle_message(type, payload, transit, state.client)
-        |> handler_result(confirm(state))
     end
   end
 
@@ -651,8 +636,8 @@ defmodule RakNet.Connection do
     # supervisor's shutdown has not: tell it now, then close. After a crash the handler's
     # state is suspect, so it is not called again. Closing is graceful (the peer is notified);
     # the runtime would also close the connection once this process is gone.
-    RakNet.Connection.Registry.unregister()
-
+    # Still registered while its disconnect callback runs: the connection is open, and a
+    # goodbye sent to it by pid, from another process too, must find it.
     if shutdown?(reason) and (state.client != nil or state.handler != nil) do
       try do
         disconnect(state, :shutdown)
@@ -661,6 +646,7 @@ defmodule RakNet.Connection do
       end
     end
 
+    RakNet.Connection.Registry.unregister()
     Native.conn_close(conn)
     RakNet.Telemetry.connection_stop(state, reason)
   end
@@ -692,39 +678,7 @@ defmodule RakNet.Connection do
     impl != nil and Code.ensure_loaded?(impl) and function_exported?(impl, name, arity)
   end
 
-  # The server's :max_messages_per_sec: a token bucket of twice the rate (a burst of up to
-  # two seconds' worth), refilled as time passes. A peer over it is disconnected with
-  # {:limit_exceeded, :message_rate} and its messages dropped: whatever the handler passes
-  # them on to (a zone, the world) would otherwise take every peer's rate.
-  defp rate_limit(nil), do: nil
-
-  defp rate_limit(per_sec),
-    do: {per_sec, 2 * per_sec * 1_000, System.monotonic_time(:millisecond)}
-
-  defp take_rate(%{rate: nil} = state, _count), do: {:ok, state}
-  # Closing (over the rate, or its handler stopped): what still comes is dropped.
-  defp take_rate(%{stopping: true}, _count), do: :dropped
-
-  defp take_rate(%{rate: {per_sec, milli_tokens, last}} = state, count) do
-    now = System.monotonic_time(:millisecond)
-    milli_tokens = min(milli_tokens + (now - last) * per_sec, 2 * per_sec * 1_000)
-
-    if milli_tokens >= count * 1_000,
-      do: {:ok, %{state | rate: {per_sec, milli_tokens - count * 1_000, now}}},
-      else: :exceeded
-  end
-
-  defp over_rate(state, count, bytes) do
-    Logger.warning(
-      "raknet: closing #{inspect(state.info[:address])}: over #{elem(state.rate, 0)} messages a second"
-    )
-
-    close(state.conn, {:limit_exceeded, :message_rate})
-    # The dropped messages count as handled, for flow control.
-    confirm(handled(%{state | stopping: true}, count, bytes))
-  end
-
-  # `count` more messages of `bytes` handled (or dropped), to confirm (flow control).
+  # `count` more messages of `bytes` handled, to confirm (flow control).
   defp handled(state, count, bytes),
     do: %{
       state

@@ -367,9 +367,11 @@ defmodule RakNet.Server do
     Supervisor.stop(server, :normal, :infinity)
   end
 
+  # The calling process is a connection process of `server` (it keeps its server in its
+  # dictionary from init: its registry rows are gone while its disconnect callback runs).
   defp own_connection?(server) do
     pid = GenServer.whereis(server)
-    is_pid(pid) and RakNet.Connection.Registry.server_of(self()) == {:ok, pid}
+    is_pid(pid) and Process.get(:raknet_server) == pid
   end
 
   @doc """
@@ -707,9 +709,7 @@ defmodule RakNet.Server.Listener do
   def handle_info({:raknet_endpoint, _endpoint, :connected, conn, info}, state) do
     config = state.config
 
-    args =
-      {:accepted, conn, state.handler, config.client_data, state.supervisor, info,
-       %{max_messages_per_sec: config.max_messages_per_sec}}
+    args = {:accepted, conn, state.handler, config.client_data, state.supervisor, info}
 
     case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
       {:ok, _pid} ->

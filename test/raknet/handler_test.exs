@@ -123,10 +123,26 @@ defmodule RakNet.HandlerTest do
       {:noreply, state}
     end
 
+    def handle_message(0x86, "stop me", _transit, _state), do: Connection.stop(self())
+
+    def handle_message(0x86, "stop it when I leave", _transit, state),
+      do: {:noreply, Map.put(state, :stop_on_leave, true)}
+
     def handle_message(_type, _payload, _transit, state), do: {:noreply, state}
 
     @impl RakNet.Handler
-    def handle_disconnect(reason, state), do: send(state.test, {:stopper_down, self(), reason})
+    def handle_disconnect(:shutdown, state) do
+      # The connection is still open: a goodbye by pid goes out.
+      send(state.test, {:goodbye, Connection.send(self(), :reliable_ordered, <<0x86, "bye">>)})
+      send(state.test, {:stopper_down, self(), :shutdown})
+    end
+
+    def handle_disconnect(reason, state) do
+      if state[:stop_on_leave],
+        do: send(state.test, {:stop_returned, RakNet.Server.stop(state.server, 0)})
+
+      send(state.test, {:stopper_down, self(), reason})
+    end
   end
 
   # The stop ends the calling process itself, which waited for it until it was killed.
@@ -137,9 +153,36 @@ defmodule RakNet.HandlerTest do
     assert_receive {:connected, pid, _}, 5_000
     {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop the server">>)
     assert_receive {:stop_returned, :ok}, 1_000
-    assert_receive {:stopper_down, ^pid, :shutdown}, 1_000
+    assert_receive {:stopper_down, ^pid, :shutdown}, 5_000
     assert_receive {:DOWN, ^ref, :process, ^server, _}, 5_000
     assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+  end
+
+  # A connection stopped while open (Connection.stop/1, a supervisor's shutdown) runs its
+  # disconnect callback with the connection still there: a goodbye sent by pid goes out.
+  test "a goodbye sent by pid from the disconnect callback of a stopped connection arrives" do
+    {_server, port} = start_server(Stopper)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:connected, pid, _}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop me">>)
+    assert_receive {:stopper_down, ^pid, :shutdown}, 5_000
+    assert_receive {:goodbye, {:ok, nil}}
+    assert_receive {:raknet, ^conn, 0x86, "bye", _}, 5_000
+  end
+
+  # From its disconnect callback too (the last player leaves): it is no longer listed there.
+  test "a handler may stop its own server when its player leaves" do
+    {server, port} = start_server(Stopper, restart: :temporary)
+    ref = Process.monitor(server)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:connected, pid, _}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop it when I leave">>)
+    # Ordered behind it: the flag is set when this comes.
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "ping">>)
+    Connection.close(conn)
+    assert_receive {:stop_returned, :ok}, 1_000
+    assert_receive {:stopper_down, ^pid, :peer_closed}, 1_000
+    assert_receive {:DOWN, ^ref, :process, ^server, _}, 5_000
   end
 
   # What a handler tells the others when it leaves ("X left") agrees with what the server

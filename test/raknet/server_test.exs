@@ -727,6 +727,7 @@ defmodule RakNet.ServerTest do
                  :max_pending_bytes,
                  :max_buffered_bytes,
                  :max_message_bytes,
+                 :max_messages_per_sec,
                  :handshake_timeout_ms,
                  :max_half_open,
                  :max_half_open_per_ip,

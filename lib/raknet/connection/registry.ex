@@ -154,17 +154,6 @@ defmodule RakNet.Connection.Registry do
     end
   end
 
-  @doc "The server (its supervisor) of the connection `pid` runs, or `:error`."
-  @spec server_of(pid()) :: {:ok, pid()} | :error
-  def server_of(pid) do
-    case :ets.lookup(@table, pid) do
-      [{^pid, _conn, server, _info}] when is_pid(server) -> {:ok, server}
-      _ -> :error
-    end
-  rescue
-    ArgumentError -> :error
-  end
-
   @doc "What is known of the connection `pid` runs, or `:error`."
   @spec info(pid()) :: {:ok, map()} | :error
   def info(pid) do

@@ -115,10 +115,11 @@ defmodule RakNet.Server.Config do
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
     * `:max_messages_per_sec` - the most messages a second a peer may send, sustained (bursts
-      of up to twice that pass): a peer over it is disconnected, its handler's disconnect
-      callback told `{:limit_exceeded, :message_rate}`, and its messages from then on are
-      dropped. For handlers that pass what they get on to shared processes (a zone, the
-      world), which would otherwise take every peer's rate. Default `nil`: no limit.
+      of up to twice that pass), counted as they arrive: a peer over it is disconnected, its
+      handler's disconnect callback told `{:limit_exceeded, :message_rate}` after the
+      messages that came before, and what it sends from then on is dropped. For handlers
+      that pass what they get on to shared processes (a zone, the world), which would
+      otherwise take every peer's rate. Default `nil`: no limit.
     * `:max_message_bytes` - the longest message taken from a peer (a longer one announced
       in its split header closes the connection with `{:limit_exceeded, :message_bytes}`)
       and sent to one (`{:error, :too_large}` beyond it). A game whose messages are small
@@ -624,6 +625,7 @@ defmodule RakNet.Server.Config do
       max_pending_bytes: c.max_pending_bytes,
       max_buffered_bytes: c.max_buffered_bytes,
       max_message_bytes: c.max_message_bytes,
+      max_messages_per_sec: c.max_messages_per_sec,
       congestion_control: c.congestion_control,
       batch_delivery: c.batch_delivery,
       inline_sends: c.inline_sends,

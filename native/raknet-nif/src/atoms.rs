@@ -82,6 +82,7 @@ rustler::atoms! {
     limit_exceeded,
     split_parts,
     message_bytes,
+    message_rate,
     protocol_violation,
     incompatible_protocol,
     no_free_incoming_connections,

@@ -37,6 +37,8 @@ pub(crate) struct EndpointOptions {
     pub(crate) send_full_fault: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
+    /// Most messages a second a peer may send (bursts of twice that); `None`: no limit.
+    pub(crate) max_messages_per_sec: Option<u32>,
 }
 
 fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<T, &'static str> {
@@ -224,6 +226,8 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         },
         inline_sends: get::<bool>(map, "inline_sends").unwrap_or(true),
         send_full_fault: get::<bool>(map, "send_full_fault").unwrap_or(false),
+        // Optional; nil or absent: no limit.
+        max_messages_per_sec: opt::<u32>(map, "max_messages_per_sec")?.filter(|&n| n > 0),
         config,
         budget: crate::resource::DeliveryBudget {
             messages: get::<usize>(map, "max_pending_deliveries")?.max(16),
@@ -314,6 +318,7 @@ pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
             .binary_to_term(term)
             .map_or_else(|| atoms::local_close().encode(env), |(t, _)| t),
         Reason::Overloaded => atoms::overloaded().encode(env),
+        Reason::MessageRate => (atoms::limit_exceeded(), atoms::message_rate()).encode(env),
         Reason::EndpointDown => atoms::endpoint_down().encode(env),
     }
 }
@@ -370,6 +375,8 @@ pub(crate) enum Reason {
     /// external term format until the owner is told.
     Closed(Vec<u8>),
     Overloaded,
+    /// The peer sent over the endpoint's `max_messages_per_sec`.
+    MessageRate,
     /// The endpoint's thread ended without closing the connection (it panicked).
     EndpointDown,
 }

@@ -93,6 +93,11 @@ struct Slot {
     unsettled: usize,
     /// Closed as overloaded (its owner, if any, was told so).
     overloaded: bool,
+    /// The endpoint's `max_messages_per_sec`: the tokens left (thousandths of a message)
+    /// and when they were counted; `over_rate` once the peer went over it (and was closed).
+    rate_tokens: u64,
+    rate_at: Option<Instant>,
+    over_rate: bool,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -1219,6 +1224,16 @@ impl Driver {
                 let Some(slot) = self.conns.get_mut(&conn) else {
                     return;
                 };
+                if slot.over_rate {
+                    slot.dropped += 1;
+                    return;
+                }
+                if let Some(per_sec) = self.me.max_messages_per_sec {
+                    if !slot.take_message(per_sec, Instant::now()) {
+                        self.over_rate(conn, per_sec);
+                        return;
+                    }
+                }
                 match slot.owner {
                     Some(pid) => {
                         let (messages, bytes) = count_delivery(&slot.res, payload.len());
@@ -1307,6 +1322,7 @@ impl Driver {
                 slot.reported = true;
                 let why = match (reason, slot.close_reason.take()) {
                     (DisconnectReason::LocalClose, _) if slot.overloaded => Reason::Overloaded,
+                    (DisconnectReason::LocalClose, _) if slot.over_rate => Reason::MessageRate,
                     (DisconnectReason::LocalClose, Some(term)) => Reason::Closed(term),
                     (reason, _) => Reason::Engine(reason),
                 };
@@ -1435,6 +1451,29 @@ impl Driver {
         );
     }
 
+    /// The peer of `conn` sent over `per_sec` messages a second (bursts of twice that): it
+    /// is closed, its owner told `{:limit_exceeded, :message_rate}` after the messages
+    /// delivered before, and what it sends from now on is dropped. Counted where it arrives,
+    /// so a handler that falls behind does not make its peer look faster than it is.
+    fn over_rate(&mut self, conn: ConnId, per_sec: u32) {
+        self.deliver_batch(conn);
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        slot.over_rate = true;
+        slot.dropped += 1;
+        if let (Some(pid), false) = (slot.owner, slot.reported) {
+            slot.reported = true;
+            send_disconnect(&mut self.env, &pid, &slot.res, Reason::MessageRate);
+        }
+        slot.res.closed.store(true, Ordering::Relaxed);
+        self.endpoint.close(Instant::now(), conn);
+        self.log(
+            true,
+            format!("closed a connection whose peer sent over {per_sec} messages a second"),
+        );
+    }
+
     /// Send the owner `{:raknet_endpoint, ref, :log, level, text}`, rate-limited.
     fn log(&mut self, warning: bool, text: String) {
         let now = Instant::now();
@@ -1508,6 +1547,24 @@ impl Drop for Driver {
 }
 
 impl Slot {
+    /// One more message from the peer under a limit of `per_sec` a second, with bursts of
+    /// twice that (a token bucket): `false` when it is over.
+    fn take_message(&mut self, per_sec: u32, now: Instant) -> bool {
+        let per_sec = u64::from(per_sec);
+        let full = 2 * per_sec * 1_000;
+        let tokens = match self.rate_at {
+            None => full,
+            Some(at) => {
+                let earned = now.saturating_duration_since(at).as_micros() as u64 * per_sec / 1_000;
+                self.rate_tokens.saturating_add(earned).min(full)
+            }
+        };
+        self.rate_at = Some(now);
+        let ok = tokens >= 1_000;
+        self.rate_tokens = if ok { tokens - 1_000 } else { tokens };
+        ok
+    }
+
     /// Count `bytes` of a send just handed to the engine, for [`Driver::settle`]; `true` when
     /// they are the first since the last settle (the connection joins `Driver::unsettled`).
     fn owe(&mut self, bytes: usize) -> bool {
@@ -1534,6 +1591,9 @@ impl Slot {
             server: None,
             unsettled: 0,
             overloaded: false,
+            rate_tokens: 0,
+            rate_at: None,
+            over_rate: false,
         }
     }
 }
