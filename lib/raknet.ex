@@ -210,10 +210,11 @@ defmodule RakNet do
   Sends `message` to many connections (pids or handles) with one call: the binary is copied
   once and shared by every recipient's queue, and each endpoint thread is woken once.
   Connections that have closed, are over their send budget, or would need more fragments
-  than their peer reassembles (see `RakNet.Connection.send/4`), are skipped. Returns
-  `{:ok, count}`, the number of connections it was queued for, or `{:error, reason}` for bad
-  arguments (`:too_large` over 32 MiB, `:bad_reliability` also for the `*_ack_receipt`
-  reliabilities: a receipt belongs to one send). Options as `RakNet.Connection.send/4`
+  than their peer reassembles or more bytes than their server's `:max_message_bytes` (see
+  `RakNet.Connection.send/4`), are skipped. Returns `{:ok, count}`, the number of
+  connections it was queued for, or `{:error, reason}` for bad arguments (`:too_large` over
+  32 MiB, or too large for every open connection given; `:bad_reliability` also for the
+  `*_ack_receipt` reliabilities: a receipt belongs to one send). Options as `RakNet.Connection.send/4`
   (`:channel`, `:priority`).
 
       {:ok, 3} = RakNet.broadcast([player1, player2, player3], :unreliable_sequenced, position)

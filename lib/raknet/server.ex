@@ -494,6 +494,17 @@ defmodule RakNet.Server.Listener do
     warn_open_ipv6(config)
     warn_pong_size(config, config.offline_ping_response)
 
+    # A listener that restarts opens its sockets with what the operator changed since the
+    # server started (the rest, bans and suspension, right after).
+    overrides = RakNet.Connection.Registry.overrides(supervisor)
+
+    config = %{
+      config
+      | max_connections: Map.get(overrides, :max_connections, config.max_connections),
+        offline_ping_response:
+          Map.get(overrides, :offline_ping_response, config.offline_ping_response)
+    }
+
     families =
       [{config.open_ipv4_socket, :inet}, {config.open_ipv6_socket, :inet6}]
       |> Enum.filter(&elem(&1, 0))
@@ -513,7 +524,7 @@ defmodule RakNet.Server.Listener do
           telemetry: %{}
         }
 
-        {:ok, reapply(state, RakNet.Connection.Registry.overrides(supervisor))}
+        {:ok, reapply(state, overrides)}
 
       {:error, reason} ->
         {:stop, reason}
@@ -540,7 +551,7 @@ defmodule RakNet.Server.Listener do
 
       now = now_ms()
 
-      for {ip, until} <- Map.get(overrides, :bans, %{}) do
+      for {_key, {ip, until}} <- Map.get(overrides, :bans, %{}) do
         case until do
           :infinity -> Native.endpoint_ban(ep, ip, nil)
           until when until > now -> Native.endpoint_ban(ep, ip, until - now)
@@ -556,6 +567,36 @@ defmodule RakNet.Server.Listener do
   end
 
   defp now_ms, do: System.monotonic_time(:millisecond)
+
+  # The saved bans, keyed as the runtime counts them (an IPv4-mapped address as its IPv4
+  # address, an IPv6 one by its /64), without the expired ones; `ban` nil lifts `key`'s.
+  defp save_ban(overrides, key, ban) do
+    now = now_ms()
+
+    bans =
+      overrides
+      |> Map.get(:bans, %{})
+      |> Map.reject(fn {_, {_, until}} -> until != :infinity and until <= now end)
+
+    bans = if ban, do: Map.put(bans, key, ban), else: Map.delete(bans, key)
+    Map.put(overrides, :bans, bans)
+  end
+
+  defp ban_key(text) do
+    case :inet.parse_address(to_charlist(text)) do
+      {:ok, {0, 0, 0, 0, 0, 0xFFFF, ab, cd}} ->
+        {div(ab, 256), rem(ab, 256), div(cd, 256), rem(cd, 256)}
+
+      {:ok, {a, b, c, d, _, _, _, _}} ->
+        {:v6, a, b, c, d}
+
+      {:ok, ip} ->
+        ip
+
+      {:error, _} ->
+        text
+    end
+  end
 
   # The periodic [:raknet, :server, :stats] event, when telemetry is there to take it.
   defp schedule_telemetry(%Config{telemetry_interval_ms: nil}), do: :ok
@@ -676,12 +717,12 @@ defmodule RakNet.Server.Listener do
 
   def handle_call({:ban, ip, duration}, _from, state) do
     until = if duration, do: now_ms() + duration, else: :infinity
-    remember(state, fn o -> Map.update(o, :bans, %{ip => until}, &Map.put(&1, ip, until)) end)
+    remember(state, &save_ban(&1, ban_key(ip), {ip, until}))
     {:reply, each_endpoint(state, &Native.endpoint_ban(&1, ip, duration)), state}
   end
 
   def handle_call({:unban, ip}, _from, state) do
-    remember(state, fn o -> Map.update(o, :bans, %{}, &Map.delete(&1, ip)) end)
+    remember(state, &save_ban(&1, ban_key(ip), nil))
     {:reply, each_endpoint(state, &Native.endpoint_unban(&1, ip)), state}
   end
 

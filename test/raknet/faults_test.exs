@@ -87,7 +87,10 @@ defmodule RakNet.FaultsTest do
     :ok = RakNet.Server.ban(server, "10.1.2.3")
     :ok = RakNet.Server.ban(server, "10.1.2.4", 60_000)
     :ok = RakNet.Server.ban(server, "10.1.2.5")
-    :ok = RakNet.Server.unban(server, "10.1.2.5")
+    :ok = RakNet.Server.unban(server, "::ffff:10.1.2.5")
+    # An IPv6 ban covers the /64, and so does lifting it.
+    :ok = RakNet.Server.ban(server, "2001:db8::1")
+    :ok = RakNet.Server.unban(server, "2001:db8::2")
     :ok = RakNet.Server.set_offline_ping_response(server, "kept")
     :ok = RakNet.Server.set_max_connections(server, 1)
     :ok = RakNet.Server.suspend(server)

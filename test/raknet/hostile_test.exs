@@ -138,6 +138,9 @@ defmodule RakNet.HostileTest do
     assert {:ok, nil} = RakNet.Connection.send(pid, :reliable, :binary.copy(<<0x86>>, 10_000))
     assert_receive {:raknet, ^conn, 0x86, _, _}, 5_000
 
+    assert RakNet.broadcast([pid], :reliable, :binary.copy(<<0x86>>, 10_001)) ==
+             {:error, :too_large}
+
     # A longer message from the peer (its split header announces it) ends the connection.
     {:ok, nil} = RakNet.Connection.send(conn, :reliable, :binary.copy(<<0x86>>, 20_000))
     assert_receive {:disconnect_2, ^pid, {:limit_exceeded, :message_bytes}}, 5_000

@@ -732,10 +732,13 @@ fn broadcast<'a>(
     // Few endpoints per call (a server has one or two): a linear search groups them.
     let mut groups: Vec<(&command::CommandTx, Vec<u64>)> = Vec::new();
     let mut queued = 0usize;
+    let mut too_large = 0usize;
     for conn in &conns {
-        if conn.closed.load(Ordering::Relaxed)
-            || len > conn.max_message_bytes.load(Ordering::Relaxed)
-        {
+        if conn.closed.load(Ordering::Relaxed) {
+            continue;
+        }
+        if len > conn.max_message_bytes.load(Ordering::Relaxed) {
+            too_large += 1;
             continue;
         }
         let backlog =
@@ -762,6 +765,10 @@ fn broadcast<'a>(
             // The endpoint is gone: those connections are closed.
             queued -= count;
         }
+    }
+    if queued == 0 && too_large > 0 {
+        // Too large for every open connection it was for: an error, as a send says.
+        return error(env, atoms::too_large());
     }
     (atoms::ok(), queued).encode(env)
 }
