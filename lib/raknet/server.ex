@@ -411,11 +411,17 @@ defmodule RakNet.Server do
     pid = GenServer.whereis(server)
 
     case is_pid(pid) and node(pid) == node() and RakNet.Connection.Registry.listener(pid) do
-      {:ok, :stopping} -> exit({:noproc, {__MODULE__, :listener, [server]}})
-      {:ok, listener} -> listener
+      {:ok, :stopping} ->
+        exit({:noproc, {__MODULE__, :listener, [server]}})
+
+      # Its row outlives it until the registry hears of its end.
+      {:ok, listener} when is_pid(listener) ->
+        if Process.alive?(listener), do: listener, else: listener_of_children(server)
+
       # Between a listener that ended by itself and its restart: the supervisor answers once
       # it has started the new one.
-      _ -> listener_of_children(server)
+      _ ->
+        listener_of_children(server)
     end
   end
 

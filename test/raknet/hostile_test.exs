@@ -109,7 +109,8 @@ defmodule RakNet.HostileTest do
     # A burst within twice the rate passes.
     for _ <- 1..150, do: {:ok, nil} = RakNet.Connection.send(polite, :reliable, <<0x86>>)
     # 1,000 at once is ten seconds' worth.
-    for _ <- 1..1_000, do: {:ok, nil} = RakNet.Connection.send(flood, :reliable, <<0x86>>)
+    # (It may be closed before the last of them: those sends say :closed.)
+    for _ <- 1..1_000, do: RakNet.Connection.send(flood, :reliable, <<0x86>>)
 
     assert_receive {:disconnect_2, ^flood_pid, {:limit_exceeded, :message_rate}}, 5_000
     assert_receive {:raknet_disconnect, ^flood, :peer_closed}, 5_000
