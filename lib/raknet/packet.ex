@@ -198,21 +198,23 @@ defmodule RakNet.Packet do
     with {:ok, _channel, _priority} <-
            RakNet.Connection.check_send(reliability, opts, :broadcast),
          {:ok, message} <- encode(packet) do
-      connections
-      |> Enum.group_by(&node/1)
-      |> Enum.reduce_while({:ok, 0}, fn
-        {node, pids}, {:ok, n} when node == node() ->
-          case RakNet.broadcast(pids, reliability, message, opts) do
-            {:ok, sent} -> {:cont, {:ok, n + sent}}
-            error -> {:halt, error}
-          end
+      # This node's connections first: an error there (a message too large for all of
+      # them) comes before any other node was handed the message.
+      {local, remote} = connections |> Enum.group_by(&node/1) |> Map.pop(node(), [])
 
-        {node, pids}, {:ok, n} ->
-          RakNet.Packet.Relay.broadcast(node, pids, reliability, message, opts)
-          {:cont, {:ok, n + length(pids)}}
-      end)
+      with {:ok, sent} <- local_broadcast(local, reliability, message, opts) do
+        for {node, pids} <- remote,
+            do: RakNet.Packet.Relay.broadcast(node, pids, reliability, message, opts)
+
+        {:ok, sent + Enum.sum(Enum.map(remote, fn {_node, pids} -> length(pids) end))}
+      end
     end
   end
+
+  defp local_broadcast([], _reliability, _message, _opts), do: {:ok, 0}
+
+  defp local_broadcast(pids, reliability, message, opts),
+    do: RakNet.broadcast(pids, reliability, message, opts)
 
   @doc "The id bytes that start a message of `module`."
   @spec header(module()) :: binary()

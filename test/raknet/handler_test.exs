@@ -132,8 +132,11 @@ defmodule RakNet.HandlerTest do
 
     @impl RakNet.Handler
     def handle_disconnect(:shutdown, state) do
-      # The connection is still open: a goodbye by pid goes out.
-      send(state.test, {:goodbye, Connection.send(self(), :reliable_ordered, <<0x86, "bye">>)})
+      # The connection is still open: a goodbye sent to it by pid, from another process
+      # (a send from this one would find its handle in its own dictionary), goes out.
+      me = self()
+      goodbye = Task.async(fn -> Connection.send(me, :reliable_ordered, <<0x86, "bye">>) end)
+      send(state.test, {:goodbye, Task.await(goodbye)})
       send(state.test, {:stopper_down, self(), :shutdown})
     end
 

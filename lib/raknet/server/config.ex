@@ -486,8 +486,8 @@ defmodule RakNet.Server.Config do
       check(
         :max_messages_per_sec,
         value,
-        value == nil or (is_integer(value) and value > 0),
-        "nil or a positive integer"
+        value == nil or (is_integer(value) and value > 0 and value <= 4_294_967_295),
+        "nil or a positive integer (at most 2^32 - 1)"
       )
 
   defp validate(:telemetry_interval_ms, value),

@@ -98,6 +98,11 @@ struct Slot {
     rate_tokens: u64,
     rate_at: Option<Instant>,
     over_rate: bool,
+    /// When receiving was paused (back-pressure, or no owner yet), and the messages the
+    /// peer may send beyond the rate once it resumes (thousandths): what it was kept from
+    /// sending meanwhile comes again at once, and is not the peer going too fast.
+    paused_at: Option<Instant>,
+    rate_credit: u64,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -745,6 +750,7 @@ impl Driver {
                     self.endpoint.set_receive_paused(now, id, false);
                     if let Some(slot) = self.conns.get_mut(&id) {
                         slot.stall = None;
+                        slot.resumed(now, self.me.max_messages_per_sec);
                     }
                 }
             }
@@ -993,9 +999,11 @@ impl Driver {
                 .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         {
-            self.endpoint.set_receive_paused(Instant::now(), id, false);
+            let now = Instant::now();
+            self.endpoint.set_receive_paused(now, id, false);
             if let Some(slot) = self.conns.get_mut(&id) {
                 slot.stall = None;
+                slot.resumed(now, self.me.max_messages_per_sec);
             }
         } else if let Some(slot) = self.conns.get_mut(&id).filter(|s| s.stall.is_some()) {
             // Still paused until the owner catches up: its progress counts from now, not
@@ -1015,6 +1023,7 @@ impl Driver {
         slot.res.paused.store(true, Ordering::SeqCst);
         let now = Instant::now();
         slot.stall = Some((now, slot.res.undelivered.load(Ordering::SeqCst)));
+        slot.paused(now);
         self.endpoint.set_receive_paused(now, conn, true);
         self.next_stall_check.get_or_insert(now + STALL_CHECK);
     }
@@ -1398,6 +1407,7 @@ impl Driver {
         }
         let now = Instant::now();
         slot.stall = Some((now, messages));
+        slot.paused(now);
         self.endpoint.set_receive_paused(now, conn, true);
         self.next_stall_check.get_or_insert(now + STALL_CHECK);
     }
@@ -1550,12 +1560,20 @@ impl Slot {
     /// One more message from the peer under a limit of `per_sec` a second, with bursts of
     /// twice that (a token bucket): `false` when it is over.
     fn take_message(&mut self, per_sec: u32, now: Instant) -> bool {
+        if self.rate_credit >= 1_000 {
+            self.rate_credit -= 1_000;
+            return true;
+        }
         let per_sec = u64::from(per_sec);
         let full = 2 * per_sec * 1_000;
         let tokens = match self.rate_at {
             None => full,
             Some(at) => {
-                let earned = now.saturating_duration_since(at).as_micros() as u64 * per_sec / 1_000;
+                // Two seconds fill the bucket: no longer wait counts (nor overflows).
+                let waited = now
+                    .saturating_duration_since(at)
+                    .min(Duration::from_secs(2));
+                let earned = waited.as_micros() as u64 * per_sec / 1_000;
                 self.rate_tokens.saturating_add(earned).min(full)
             }
         };
@@ -1563,6 +1581,23 @@ impl Slot {
         let ok = tokens >= 1_000;
         self.rate_tokens = if ok { tokens - 1_000 } else { tokens };
         ok
+    }
+
+    /// Receiving from the peer is paused (back-pressure, or no owner yet).
+    fn paused(&mut self, now: Instant) {
+        self.paused_at.get_or_insert(now);
+    }
+
+    /// Receiving resumes: under a rate limit the peer may send what it was kept from sending
+    /// while paused (at the rate, up to a minute's worth) on top of the rate.
+    fn resumed(&mut self, now: Instant, per_sec: Option<u32>) {
+        if let (Some(at), Some(per_sec)) = (self.paused_at.take(), per_sec) {
+            let paused = now
+                .saturating_duration_since(at)
+                .min(Duration::from_secs(60));
+            let credit = paused.as_micros() as u64 * u64::from(per_sec) / 1_000;
+            self.rate_credit = self.rate_credit.saturating_add(credit);
+        }
     }
 
     /// Count `bytes` of a send just handed to the engine, for [`Driver::settle`]; `true` when
@@ -1594,6 +1629,8 @@ impl Slot {
             rate_tokens: 0,
             rate_at: None,
             over_rate: false,
+            paused_at: None,
+            rate_credit: 0,
         }
     }
 }

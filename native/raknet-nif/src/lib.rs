@@ -732,11 +732,12 @@ fn broadcast<'a>(
     // Few endpoints per call (a server has one or two): a linear search groups them.
     let mut groups: Vec<(&command::CommandTx, Vec<u64>)> = Vec::new();
     let mut queued = 0usize;
-    let mut too_large = 0usize;
+    let (mut open, mut too_large) = (0usize, 0usize);
     for conn in &conns {
         if conn.closed.load(Ordering::Relaxed) {
             continue;
         }
+        open += 1;
         if len > conn.max_message_bytes.load(Ordering::Relaxed) {
             too_large += 1;
             continue;
@@ -766,7 +767,7 @@ fn broadcast<'a>(
             queued -= count;
         }
     }
-    if queued == 0 && too_large > 0 {
+    if open > 0 && too_large == open {
         // Too large for every open connection it was for: an error, as a send says.
         return error(env, atoms::too_large());
     }
