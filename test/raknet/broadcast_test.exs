@@ -52,13 +52,19 @@ defmodule RakNet.BroadcastTest do
     for _ <- 1..3, do: assert_receive({:client_new, _}, 5_000)
     [pid_a, pid_b, pid_c] = Enum.map([a, b, c], &lookup_pid(server, &1))
 
+    {:ok, handle_c} = Connection.conn_ref(pid_c)
+    ref = Process.monitor(pid_c)
     :ok = Connection.close(c)
     assert_receive {:raknet_disconnect, ^c, :local_close}, 5_000
+    # The server's side has ended too (the client's end can come first).
+    assert_receive {:DOWN, ^ref, :process, ^pid_c, _}, 5_000
     dead = spawn(fn -> :ok end)
 
-    # Server side to clients: a pid, a handle, a closed connection, a dead pid.
+    # Server side to clients: a pid, a handle, a closed connection's handle and its process,
+    # a dead pid.
     {:ok, handle_b} = Connection.conn_ref(pid_b)
-    assert {:ok, 2} = RakNet.broadcast([pid_a, handle_b, pid_c, dead], :reliable, <<0x86, "x">>)
+    targets = [pid_a, handle_b, handle_c, pid_c, dead]
+    assert {:ok, 2} = RakNet.broadcast(targets, :reliable, <<0x86, "x">>)
     got = Mailbox.echoes(500) |> Enum.map(&elem(&1, 0)) |> Enum.sort()
     assert got == Enum.sort([a, b])
 

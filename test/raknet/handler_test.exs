@@ -251,8 +251,13 @@ defmodule RakNet.HandlerTest do
     {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "stop now">>)
     # What the peer sends after the message the handler stopped on is not delivered (a
     # failed login's followers, say): the count stays 1, and no echo of a second message.
-    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "two">>)
-    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "three">>)
+    # (On a busy machine the server's close may reach this side first: :closed.)
+    for text <- ["two", "three"] do
+      assert Connection.send(conn, :reliable_ordered, <<0x86, text::binary>>) in [
+               {:ok, nil},
+               {:error, :closed}
+             ]
+    end
 
     assert_receive {:disconnected, ^pid, {:asked, "now"}, 1}, 5_000
     refute_received {:raknet, ^conn, 0x86, "2", _}
