@@ -149,10 +149,13 @@ defmodule RakNet.BatchedIoTest do
         stats = endpoint.stats
         {:ok, %{stats: client}} = Connection.info(conn)
 
-        # Every split datagram came once, in order: a datagram missing or overtaken would have
-        # been NAKed by the client.
+        # Every split datagram came in order: a datagram missing or overtaken would have been
+        # NAKed by the client. And once, but for what the server sent again on its own (a
+        # tail probe when an ACK was slow to come, on a busy machine).
+        [%{pid: server_side}] = RakNet.Server.connections(server)
+        {:ok, %{stats: sent}} = Connection.info(server_side)
         assert client.naks_sent == 0, inspect(client)
-        assert client.duplicates == 0, inspect(client)
+        assert client.duplicates <= sent.resends + sent.tail_probes, inspect({client, sent})
         assert client.datagrams_in > 700
 
         if gso do
