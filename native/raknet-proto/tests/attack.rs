@@ -999,17 +999,13 @@ fn forged_nak_resends_are_bounded_per_rtt_with(congestion: CongestionControl) {
     }
 }
 
-#[test]
-fn resends_back_off_until_the_first_ack() {
-    // A client whose 0x09 is never acknowledged (a server that went silent after Reply2).
-    let mut now = Instant::now();
+/// A client of `config` that connected to a scripted server and got its Reply1 and Reply2:
+/// it has just queued its 0x09 (not drained) and waits for the 0x10. Returns the client,
+/// its connection and the server's address.
+fn requesting(config: EndpointConfig, now: Instant) -> (Endpoint, ConnId, SocketAddr) {
     let server: SocketAddr = common::pair::SERVER.parse().unwrap();
-    let mut c = Endpoint::new(
-        EndpointConfig::default(),
-        common::pair::CLIENT.parse().unwrap(),
-        now,
-    );
-    c.connect(now, server).unwrap();
+    let mut c = Endpoint::new(config, common::pair::CLIENT.parse().unwrap(), now);
+    let id = c.connect(now, server).unwrap();
     drain(&mut c, now);
     let reply1 = OpenConnectionReply1 {
         server_guid: 1,
@@ -1025,8 +1021,16 @@ fn resends_back_off_until_the_first_ack() {
         mtu: 1492,
         security_answer: None,
     };
-    // Reply2 at once: the RTT sample is ~0, so the RTO sits at its 30 ms floor.
     c.handle(now, server, reply2.to_vec().into());
+    (c, id, server)
+}
+
+#[test]
+fn resends_back_off_until_the_first_ack() {
+    // A client whose 0x09 is never acknowledged (a server that went silent after Reply2).
+    let mut now = Instant::now();
+    // Reply2 at once: the RTT sample is ~0, so the RTO sits at its 30 ms floor.
+    let (mut c, _, _) = requesting(EndpointConfig::default(), now);
     let mut datagrams = drain(&mut c, now).len();
     for _ in 0..1000 {
         now += Duration::from_millis(10);
@@ -1047,7 +1051,6 @@ fn resends_back_off_until_the_first_ack() {
 fn messages_before_the_handshake_ends_count_against_the_buffer_budgets() {
     let budget = 10 * (1001 + Limits::PIECE_OVERHEAD);
     let now = Instant::now();
-    let server: SocketAddr = common::pair::SERVER.parse().unwrap();
     let config = EndpointConfig {
         limits: Limits {
             max_reassembly_bytes: budget,
@@ -1055,24 +1058,7 @@ fn messages_before_the_handshake_ends_count_against_the_buffer_budgets() {
         },
         ..EndpointConfig::default()
     };
-    let mut c = Endpoint::new(config, common::pair::CLIENT.parse().unwrap(), now);
-    let id = c.connect(now, server).unwrap();
-    drain(&mut c, now);
-    let reply1 = OpenConnectionReply1 {
-        server_guid: 1,
-        cookie: None,
-        server_public_key: None,
-        mtu: 1492,
-    };
-    c.handle(now, server, reply1.to_vec().into());
-    drain(&mut c, now);
-    let reply2 = OpenConnectionReply2 {
-        server_guid: 1,
-        client_address: common::pair::CLIENT.parse().unwrap(),
-        mtu: 1492,
-        security_answer: None,
-    };
-    c.handle(now, server, reply2.to_vec().into());
+    let (mut c, id, server) = requesting(config, now);
     drain(&mut c, now);
     for i in 0..20u32 {
         let mut message = vec![0u8; 1001];
