@@ -87,28 +87,9 @@ defmodule RakNet.HandlerTest do
 
   defp start_server(module, opts \\ []), do: RakNet.Test.Server.start!(module, opts)
 
-  defmodule Leaver do
-    # Tells the test which connections its server lists when its own disconnect runs.
-    use RakNet.Handler
-
-    @impl RakNet.Handler
-    def handle_connect(info, test) do
-      send(test, {:connected, self(), info})
-      {:ok, %{test: test, server: info.server}}
-    end
-
-    @impl RakNet.Handler
-    def handle_message(_type, _payload, _transit, state), do: {:noreply, state}
-
-    @impl RakNet.Handler
-    def handle_disconnect(_reason, state) do
-      listed = for %{pid: pid} <- RakNet.Server.connections(state.server), do: pid
-      send(state.test, {:left, self(), listed})
-    end
-  end
-
   defmodule Stopper do
-    # Stops its own server when asked (an admin's command).
+    # Stops its own server when asked (an admin's command); when it leaves, tells the test
+    # which connections its server lists then.
     use RakNet.Handler
 
     @impl RakNet.Handler
@@ -141,6 +122,9 @@ defmodule RakNet.HandlerTest do
     end
 
     def handle_disconnect(reason, state) do
+      listed = for %{pid: pid} <- RakNet.Server.connections(state.server), do: pid
+      send(state.test, {:left, self(), listed})
+
       if state[:stop_on_leave],
         do: send(state.test, {:stop_returned, RakNet.Server.stop(state.server, 0)})
 
@@ -192,7 +176,7 @@ defmodule RakNet.HandlerTest do
   # answers them: a connection is no longer listed when its disconnect callback runs (it
   # was until its process ended, and a player asking for the list then still saw it).
   test "a connection is no longer listed when its disconnect callback runs" do
-    {_server, port} = start_server(Leaver)
+    {_server, port} = start_server(Stopper)
     {:ok, stays} = RakNet.connect("127.0.0.1", port)
     assert_receive {:connected, _, _}, 5_000
     {:ok, leaves} = RakNet.connect("127.0.0.1", port)
