@@ -39,6 +39,13 @@ defmodule RakNet.TelemetryTest do
     end)
   end
 
+  # A handler of `event` for this test only: `fun` gets the measurements and metadata.
+  defp attach(event, fun) do
+    id = make_ref()
+    :ok = :telemetry.attach(id, event, fn _event, m, meta, _ -> fun.(m, meta) end, nil)
+    on_exit(fn -> :telemetry.detach(id) end)
+  end
+
   defp start_server(opts \\ []),
     do: RakNet.Test.Server.start!(EchoClient, Keyword.merge([telemetry_interval_ms: 100], opts))
 
@@ -63,19 +70,11 @@ defmodule RakNet.TelemetryTest do
   test "a handler of the :start event may call the server" do
     {server, port} = start_server()
     test = self()
-    id = make_ref()
 
-    :ok =
-      :telemetry.attach(
-        id,
-        [:raknet, :connection, :start],
-        fn _event, _measurements, %{pid: pid}, _ ->
-          send(test, {:info_from_start, pid, RakNet.Server.info(server)})
-        end,
-        nil
-      )
+    attach([:raknet, :connection, :start], fn _measurements, %{pid: pid} ->
+      send(test, {:info_from_start, pid, RakNet.Server.info(server)})
+    end)
 
-    on_exit(fn -> :telemetry.detach(id) end)
     {:ok, _conn} = RakNet.connect("127.0.0.1", port)
     # The listener was waiting for the connection's init, which sent the event: the call
     # timed out after 5 s (and took the connection down).
@@ -86,20 +85,15 @@ defmodule RakNet.TelemetryTest do
   test "a handler of the :stats event may call the server" do
     {server, _port} = start_server()
     test = self()
-    id = make_ref()
 
-    :ok =
-      :telemetry.attach(
-        id,
-        [:raknet, :server, :stats],
-        fn _event, %{connections: n}, %{server: ^server}, _ ->
-          :ok = RakNet.Server.set_offline_ping_response(server, "players: #{n}")
-          send(test, {:info_from_stats, RakNet.Server.info(server)})
-        end,
-        nil
-      )
+    attach([:raknet, :server, :stats], fn %{connections: n}, metadata ->
+      # Other servers' events (of earlier tests still stopping) are not this test's.
+      if metadata.server == server do
+        :ok = RakNet.Server.set_offline_ping_response(server, "players: #{n}")
+        send(test, {:info_from_stats, RakNet.Server.info(server)})
+      end
+    end)
 
-    on_exit(fn -> :telemetry.detach(id) end)
     # It ran in the listener, which it called: the call exited (:calling_self), and the
     # handler was detached for good.
     assert_receive {:info_from_stats, %{connections: 0}}, 2_000
