@@ -32,9 +32,21 @@ result = Bench.Soak.run(opts)
 IO.puts("\nraknet-load summary:\n" <> result.summary)
 Enum.each(Bench.Soak.report(result), &IO.puts/1)
 
+growth = Bench.Soak.native_growth_per_connection_hour(result)
+
 failures =
   Bench.Soak.failures(result) ++
-    if result.memory && result.memory.flat, do: [], else: ["server memory not flat after warm-up"]
+    if(result.memory && result.memory.flat,
+      do: [],
+      else: ["server memory not flat after warm-up"]
+    ) ++
+    if(growth && growth <= Bench.Soak.max_native_growth(),
+      do: [],
+      else: [
+        "the Rust heap grows #{growth && round(growth)} B per connection per hour " <>
+          "(at most #{Bench.Soak.max_native_growth()})"
+      ]
+    )
 
 case failures do
   [] ->

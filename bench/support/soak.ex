@@ -181,6 +181,7 @@ defmodule Bench.Soak do
           connections: RakNet.Server.info(server).connections,
           beam: :erlang.memory(:total),
           rust: RakNet.native_memory(),
+          heap: heap(server),
           cpu: Map.new(pids, fn {k, pid} -> {k, Bench.Proc.cpu_ticks(pid)} end),
           queues: queues(conns)
         }
@@ -190,7 +191,8 @@ defmodule Bench.Soak do
 
           progress.(
             "  #{pad(div(s.t, 1000), 5)} s  #{pad(s.connections, 5)} connected  " <>
-              "BEAM #{mb(s.beam)} + Rust #{mb(s.rust)} = #{mb(s.beam + s.rust)} MB  " <>
+              "BEAM #{mb(s.beam)} + Rust #{mb(s.rust)} = #{mb(s.beam + s.rust)} MB " <>
+              "(Rust heap accounted #{mb(Enum.sum(Map.values(s.heap)))} MB)  " <>
               "(summed over connections: send queue #{q.send_queue_frames} frames #{kb(q.send_queue_bytes)} KB, " <>
               "in flight #{q.reliable_in_flight} frames #{kb(q.bytes_in_flight)} KB, " <>
               "held #{q.held_for_ordering} #{kb(q.held_bytes)} KB, reassembly #{kb(q.reassembly_bytes)} KB; " <>
@@ -224,6 +226,14 @@ defmodule Bench.Soak do
 
     srtts = stats |> Enum.map(&Map.get(&1, :srtt_us, 0)) |> Enum.sort()
     Map.put(sums, :srtt_ms, div(Enum.at(srtts, div(length(srtts), 2)) || 0, 1000))
+  end
+
+  # The Rust heap by structure (`:heap` of each endpoint of `RakNet.Server.info/1`), summed
+  # over the server's endpoints.
+  defp heap(server) do
+    for %{heap: heap} <- RakNet.Server.info(server).endpoints, reduce: %{} do
+      acc -> Map.merge(acc, heap, fn _k, a, b -> a + b end)
+    end
   end
 
   defp flush(msg) do
@@ -269,6 +279,8 @@ defmodule Bench.Soak do
       steady_samples: length(steady),
       memory: spread(totals),
       native_memory: spread(natives),
+      native_slope: slope(steady, :rust),
+      heap: heap_growth(steady),
       cpu: cpu(steady),
       summary: out |> String.split("summary:\n") |> List.last()
     }
@@ -319,6 +331,45 @@ defmodule Bench.Soak do
   end
 
   defp median(xs), do: xs |> Enum.sort() |> Enum.at(div(length(xs), 2))
+
+  # The least-squares slope of `key` over the samples' times, in bytes per second (nil with
+  # fewer than 3 samples). Unlike the thirds comparison, it weighs every sample, so neither a
+  # lucky last third nor one garbage collection decides it.
+  defp slope(samples, key) when length(samples) >= 3 do
+    xs = Enum.map(samples, fn s -> s.t / 1000 end)
+    ys = Enum.map(samples, &Map.fetch!(&1, key))
+    n = length(xs)
+    mx = Enum.sum(xs) / n
+    my = Enum.sum(ys) / n
+    sxx = xs |> Enum.map(&((&1 - mx) * (&1 - mx))) |> Enum.sum()
+    sxy = Enum.zip(xs, ys) |> Enum.map(fn {x, y} -> (x - mx) * (y - my) end) |> Enum.sum()
+    if sxx > 0, do: sxy / sxx, else: 0.0
+  end
+
+  defp slope(_samples, _key), do: nil
+
+  # Each heap structure's bytes at the first and last steady sample, largest last first.
+  defp heap_growth([first | _] = steady) do
+    last = List.last(steady)
+
+    last.heap
+    |> Enum.map(fn {k, v} -> {k, Map.get(first.heap, k, 0), v} end)
+    |> Enum.sort_by(fn {_, _, v} -> -v end)
+  end
+
+  defp heap_growth([]), do: []
+
+  @doc """
+  The Rust heap's growth after the warm-up, in bytes per connection per hour (the
+  least-squares slope of `RakNet.native_memory/0`), or nil without enough samples.
+  """
+  def native_growth_per_connection_hour(%{native_slope: nil}), do: nil
+
+  def native_growth_per_connection_hour(r),
+    do: r.native_slope * 3600 / max(r.opts.connections, 1)
+
+  @doc "Bytes per connection per hour of Rust heap growth above which a soak fails."
+  def max_native_growth, do: 1024
 
   # Each process's CPU over the steady samples, as a share of one core.
   defp cpu([first, _ | _] = steady) do
@@ -378,8 +429,30 @@ defmodule Bench.Soak do
       "  CPU (share of a core, steady state)  server #{cpu[:server]}, load tester #{cpu[:load]}, relay #{cpu[:relay]}",
       memory_line("server memory", mem, o.warmup_s, r.steady_samples),
       memory_line("  of which Rust", native, o.warmup_s, r.steady_samples)
-      |> String.replace(~r/; (NOT )?flat$/, "")
+      |> String.replace(~r/; (NOT )?flat$/, ""),
+      slope_line(r),
+      "  Rust heap by structure, first → last steady sample (KB; estimates from capacities):",
+      heap_line(r.heap)
     ]
+  end
+
+  defp slope_line(r) do
+    case native_growth_per_connection_hour(r) do
+      nil ->
+        "  Rust slope           not enough samples"
+
+      per_conn_hour ->
+        "  Rust slope           #{Float.round(r.native_slope / 1024, 2)} KB/s = " <>
+          "#{round(per_conn_hour)} B per connection per hour (least squares after the warm-up; " <>
+          "at most #{max_native_growth()} allowed)"
+    end
+  end
+
+  defp heap_line([]), do: "    (no sample)"
+
+  defp heap_line(heap) do
+    "    " <>
+      Enum.map_join(heap, ", ", fn {k, first, last} -> "#{k} #{kb(first)} → #{kb(last)}" end)
   end
 
   defp memory_line(label, nil, _warmup, _n), do: "  #{label}: no sample after the warm-up"

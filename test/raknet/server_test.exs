@@ -610,7 +610,7 @@ defmodule RakNet.ServerTest do
           {[min_mtu: 399], ":min_mtu must be an integer in 400..1500, got: 399"},
           {[max_mtu: 9000], ":max_mtu must be an integer in 400..1500, got: 9000"},
           {[min_mtu: 1400, max_mtu: 1200], ":min_mtu (1400) must not exceed :max_mtu (1200)"},
-          {[use_cookies: "true"], ":use_cookies must be a boolean"},
+          {[use_cookies: "true"], ":use_cookies must be :auto or a boolean"},
           {[max_pending_deliveries: 15], ":max_pending_deliveries must be an integer >= 16"},
           {[max_pending_bytes: 1_000], ":max_pending_bytes must be an integer >= 65536"},
           {[max_buffered_bytes: 1_000], ":max_buffered_bytes must be an integer >= 1048576"},

@@ -63,13 +63,20 @@ defmodule RakNet.Server.Config do
     * `:protocol_versions` - the RakNet protocol versions accepted, the first preferred; other
       clients are refused with their version. Default `[11, 10, 6]`.
     * `:min_mtu` / `:max_mtu` - MTU bounds in bytes, 400..1500. Defaults `400` / `1492`.
-    * `:use_cookies` - answer every open-connection-request-1 with an anti-spoofing cookie
-      the client must echo, so a spoofed source never gets a handshake. Minecraft Bedrock
-      clients (protocols 10/11) and official RakNet 4.x clients (protocol 6) built without
-      libcat security (its default) echo it. With `false` (for a client that cannot, such as
-      an official client built with `LIBCAT_SECURITY`), clients prove their address only at
-      their last handshake message, by echoing a per-address secret time, and spoofed
-      requests compete with them for handshake records until then. Default `true`.
+    * `:use_cookies` - when to answer open-connection-request-1 with an anti-spoofing cookie
+      the client must echo, so that a spoofed source never gets a handshake record. `:auto`
+      (the default) sends one only while the handshake is under pressure (256 handshakes
+      half-open, or 128 unproven ones started in a second; calm again 10 s after it falls
+      below a quarter of that), and while under pressure also requires every client to echo
+      the server's time in its last handshake message. While calm, the server takes what
+      official RakNet takes: third-party clients that cannot read a cookie (jsp-raknet,
+      rust-raknet, rak-rs), that send their connection request unreliable, or that do not
+      echo the server's time; the last are *unproven* (anyone could have sent it), at most
+      256 at once and 16 per IP address (`:unproven` and `:refused_unproven` in the
+      endpoint stats; `:strict`, `:strict_entered`, `:strict_left` show the mode). `true`
+      sends a cookie always (Minecraft Bedrock and official RakNet 4.x clients built without
+      libcat security echo it; the clients above cannot connect); `false` never does (for
+      an official client built with `LIBCAT_SECURITY`). Default `:auto`.
     * `:handshake_timeout_ms` - how long a handshake may take. Default `10_000`.
     * `:max_half_open` - handshakes in progress (between open-connection-request-2 and
       new-incoming-connection) remembered at once, each in a record of at most 64 bytes, no
@@ -182,7 +189,7 @@ defmodule RakNet.Server.Config do
           | {:protocol_versions, [0..255, ...]}
           | {:min_mtu, 400..1500}
           | {:max_mtu, 400..1500}
-          | {:use_cookies, boolean()}
+          | {:use_cookies, :auto | boolean()}
           | {:handshake_timeout_ms, pos_integer()}
           | {:max_half_open, pos_integer()}
           | {:max_half_open_per_ip, pos_integer()}
@@ -223,7 +230,7 @@ defmodule RakNet.Server.Config do
             protocol_versions: [11, 10, 6],
             min_mtu: 400,
             max_mtu: 1492,
-            use_cookies: true,
+            use_cookies: :auto,
             handshake_timeout_ms: 10_000,
             max_half_open: 4096,
             max_half_open_per_ip: 64,
@@ -376,10 +383,12 @@ defmodule RakNet.Server.Config do
               :open_ipv4_socket,
               :open_ipv6_socket,
               :include_timestamp_with_datagrams,
-              :convert_timestamps,
-              :use_cookies
+              :convert_timestamps
             ],
        do: check(key, value, is_boolean(value), "a boolean")
+
+  defp validate(:use_cookies, value),
+    do: check(:use_cookies, value, value == :auto or is_boolean(value), ":auto or a boolean")
 
   defp validate(:ipv6_port, value),
     do:

@@ -48,6 +48,7 @@ rustler::atoms! {
     congestion_control,
     options,
     bbr,
+    auto,
     // priorities
     immediate,
     high,
@@ -64,6 +65,7 @@ rustler::atoms! {
     empty,
     invalid_option,
     thread,
+    heap,
     threads,
     eaddrinuse,
     eacces,

@@ -4,8 +4,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use raknet_proto::{
-    AdmissionLimits, CongestionControl, ConnectError, ConnectionStats, DisconnectReason,
-    EndpointConfig, Limit, Limits, Priority, Reliability,
+    AdmissionLimits, CongestionControl, ConnectError, ConnectionStats, CookieMode,
+    DisconnectReason, EndpointConfig, Limit, Limits, Priority, Reliability,
 };
 use rustler::{Atom, Encoder, Env, Term};
 
@@ -45,6 +45,20 @@ fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<
     let env = map.get_env();
     let k = Atom::from_str(env, key).map_err(|_| key)?;
     map.map_get(k).and_then(|v| v.decode()).map_err(|_| key)
+}
+
+/// The optional `use_cookies` key: `:auto` (also when absent), `true` or `false`.
+fn cookie_mode(map: Term<'_>) -> Result<CookieMode, &'static str> {
+    let Some(value) = opt::<Term<'_>>(map, "use_cookies")? else {
+        return Ok(CookieMode::Auto);
+    };
+    if let Ok(on) = value.decode::<bool>() {
+        return Ok(on.into());
+    }
+    match value.decode::<Atom>() {
+        Ok(a) if a == atoms::auto() => Ok(CookieMode::Auto),
+        _ => Err("use_cookies"),
+    }
 }
 
 /// The optional `congestion_control` key: `:reno` or `:bbr`.
@@ -128,6 +142,11 @@ fn admission(map: Term<'_>) -> Result<AdmissionLimits, &'static str> {
         pong_bytes_per_sec: opt(map, "pong_bytes_per_sec")?.unwrap_or(d.pong_bytes_per_sec),
         max_amplification: opt(map, "max_amplification")?.unwrap_or(d.max_amplification),
         max_tracked_ips: opt(map, "max_tracked_ips")?.unwrap_or(d.max_tracked_ips),
+        strict_half_open: opt(map, "strict_half_open")?.unwrap_or(d.strict_half_open),
+        strict_handshakes_per_sec: opt(map, "strict_handshakes_per_sec")?
+            .unwrap_or(d.strict_handshakes_per_sec),
+        max_unproven: opt(map, "max_unproven")?.unwrap_or(d.max_unproven),
+        max_unproven_per_ip: opt(map, "max_unproven_per_ip")?.unwrap_or(d.max_unproven_per_ip),
     })
 }
 
@@ -171,7 +190,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             .into_iter()
             .map(|m: u16| m.min(max_mtu))
             .collect(),
-        use_cookies: get(map, "use_cookies")?,
+        use_cookies: cookie_mode(map)?,
         internal_addresses: get(map, "max_number_of_internal_ids")?,
         datagram_timestamps: get(map, "include_timestamp_with_datagrams")?,
         advertised_ip,

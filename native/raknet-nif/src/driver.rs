@@ -860,6 +860,11 @@ impl Driver {
                     ("refused_already_connected", s.refused_already_connected),
                     ("banned", s.banned),
                     ("bad_cookies", s.bad_cookies),
+                    ("strict", u64::from(s.strict)),
+                    ("strict_entered", s.strict_entered),
+                    ("strict_left", s.strict_left),
+                    ("unproven", s.unproven as u64),
+                    ("refused_unproven", s.refused_unproven),
                     ("unknown_peer", s.unknown_peer),
                     ("malformed", s.malformed),
                     ("offline_queue_full", s.offline_queue_full),
@@ -906,6 +911,7 @@ impl Driver {
                 atoms::stats(),
                 atoms::rates(),
                 atoms::thread(),
+                atoms::heap(),
             ]
             .map(|a| a.encode(env));
             let values = [
@@ -916,10 +922,52 @@ impl Driver {
                 stats,
                 convert::endpoint_rates(env, &self.rates),
                 std::thread::current().name().unwrap_or("").encode(env),
+                convert::map(env, &self.heap_usage()),
             ];
             Term::map_from_arrays(env, &keys, &values)
                 .unwrap_or_else(|_| atoms::error().encode(env))
         })
+    }
+
+    /// Heap bytes this endpoint's thread holds, by structure: the engine's
+    /// ([`Endpoint::heap_usage`]) and the driver's own (see `RakNet.Server.info/1`'s
+    /// `:heap`). O(connections).
+    fn heap_usage(&self) -> Vec<(&'static str, usize)> {
+        use raknet_proto::memory::{deque, map, vec};
+        let mut entries = self.endpoint.heap_usage().entries().to_vec();
+        let mut delivery = map(&self.conns) + deque(&self.deferred) + vec(&self.mail);
+        for slot in self.conns.values() {
+            let held: usize = slot
+                .held
+                .iter()
+                .map(|h| match h {
+                    Held::Message(m, _) => m.len(),
+                    Held::Disconnect(_) => 0,
+                })
+                .sum();
+            let batch: usize = slot.batch.iter().map(|(m, _)| m.len()).sum();
+            delivery += deque(&slot.held)
+                + held
+                + vec(&slot.batch)
+                + batch
+                + map(&slot.receipts)
+                + slot.close_reason.as_ref().map_or(0, Vec::capacity);
+        }
+        delivery += vec(&self.batched) + vec(&self.unsettled) + vec(&self.lost);
+        delivery += vec(&self.draining);
+        let pingers: usize = self.pingers.values().map(vec).sum();
+        let tables = map(&self.keys)
+            + map(&self.pingers)
+            + pingers
+            + map(&self.local_addrs.current)
+            + map(&self.local_addrs.previous);
+        let io = vec(&self.buf) + vec(&self.inbox) + self.outbox.heap_bytes();
+        entries.extend([
+            ("delivery", delivery),
+            ("driver_tables", tables),
+            ("socket_buffers", io),
+        ]);
+        entries
     }
 
     fn conn_info_term<'a>(&self, env: &'a OwnedEnv, id: ConnId) -> Option<Term<'a>> {

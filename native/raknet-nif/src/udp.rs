@@ -56,6 +56,11 @@ struct Outgoing {
 }
 
 impl Outbox {
+    /// Heap bytes held by the buffers (capacity).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        raknet_proto::memory::vec(&self.bytes) + raknet_proto::memory::vec(&self.items)
+    }
+
     /// Adds a datagram after those already held.
     pub(crate) fn push(&mut self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) {
         let start = self.bytes.len();

@@ -53,6 +53,11 @@ impl<K: Copy + Eq + Hash, V> BoundedMap<K, V> {
         self.map.iter().map(|(k, (v, _))| (k, v))
     }
 
+    /// Heap bytes held: the map and its insertion queue (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        crate::memory::map(&self.map) + crate::memory::deque(&self.order)
+    }
+
     /// The oldest live entry.
     pub(crate) fn oldest(&mut self) -> Option<(K, &V)> {
         self.drop_stale_front();
@@ -158,6 +163,11 @@ impl IpRates {
         }
     }
 
+    /// Heap bytes held (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.buckets.heap_bytes()
+    }
+
     /// Take one token for `ip` at `per_sec` a second with a burst of `burst`.
     pub(crate) fn take(&mut self, ip: IpAddr, now_ms: u64, per_sec: u64, burst: u64) -> bool {
         let ip = ip_key(ip);
@@ -252,6 +262,11 @@ pub(crate) struct Bans {
 }
 
 impl Bans {
+    /// Heap bytes held (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        crate::memory::map(&self.until)
+    }
+
     pub(crate) fn ban(&mut self, ip: IpAddr, until_ms: Option<u64>) {
         self.until.insert(ip_key(ip), until_ms);
     }

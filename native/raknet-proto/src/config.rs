@@ -161,6 +161,17 @@ pub struct AdmissionLimits {
     pub max_amplification: u32,
     /// Most IPs remembered by each per-IP rate table (oldest evicted). Default 16 384.
     pub max_tracked_ips: usize,
+    /// Pressure that turns the handshake strict (see [`CookieMode`]): this many half-open
+    /// handshakes at once. Default 256 (a sixteenth of `max_half_open`).
+    pub strict_half_open: usize,
+    /// ... or this many handshakes without proof of address started in one second.
+    /// Default 128.
+    pub strict_handshakes_per_sec: u32,
+    /// Connections whose 0x13 did not echo our time (accepted only while calm: see
+    /// [`CookieMode`]) held at once, over all IPs. Default 256.
+    pub max_unproven: usize,
+    /// Of those, the most from one IP (IPv6: one /64). Default 16.
+    pub max_unproven_per_ip: usize,
 }
 
 impl Default for AdmissionLimits {
@@ -175,6 +186,10 @@ impl Default for AdmissionLimits {
             pong_bytes_per_sec: 256 << 10,
             max_amplification: 3,
             max_tracked_ips: 16_384,
+            strict_half_open: 256,
+            strict_handshakes_per_sec: 128,
+            max_unproven: 256,
+            max_unproven_per_ip: 16,
         }
     }
 }
@@ -202,10 +217,50 @@ pub enum CongestionControl {
     Reno,
 }
 
+/// When the server's handshake demands proof of address ([`EndpointConfig::use_cookies`]).
+///
+/// Official RakNet accepts every client that follows the handshake loosely; third-party
+/// clients rely on it (jsp-raknet cannot read a Reply1 carrying a cookie and sends its 0x09
+/// unreliable; rust-raknet and rak-rs cannot read the cookie either, and echo their own
+/// 0x09 time in 0x13 where ours belongs). So the server is only as strict as the pressure on
+/// it requires, as SYN cookies switch on when a queue fills:
+///
+/// * **calm**: Reply1 carries no cookie (in [`CookieMode::Auto`]); a 0x13 that does not
+///   echo the time of our 0x10 is accepted as *unproven* (a spoofer could have sent it):
+///   such connections count against [`AdmissionLimits::max_unproven`] and
+///   [`AdmissionLimits::max_unproven_per_ip`];
+/// * **strict**, while [`AdmissionLimits::strict_half_open`] handshakes are half-open or
+///   [`AdmissionLimits::strict_handshakes_per_sec`] unproven ones start in a second: Reply1
+///   carries a cookie (in `Auto`) that the OCR2 must echo, and every 0x13 must echo our time.
+///   Clients that cannot do both are refused until the pressure ends, 10 s after it falls
+///   below a quarter of both thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CookieMode {
+    /// Cookies only while strict. The default.
+    #[default]
+    Auto,
+    /// Cookies always; OCR2 without one is dropped. Echoes are still required only while
+    /// strict.
+    Always,
+    /// Never a cookie (for clients built with libcat security, which expect a challenge
+    /// instead). Echoes are still required while strict.
+    Never,
+}
+
+impl From<bool> for CookieMode {
+    fn from(on: bool) -> Self {
+        if on {
+            Self::Always
+        } else {
+            Self::Never
+        }
+    }
+}
+
 /// Configuration of an [`crate::Endpoint`] and of every connection it owns.
 ///
 /// Build one with struct-update syntax:
-/// `EndpointConfig { use_cookies: true, ..EndpointConfig::default() }`.
+/// `EndpointConfig { use_cookies: CookieMode::Always, ..EndpointConfig::default() }`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointConfig {
     /// With [`EndpointConfig::secret`], the 128-bit key the GUID and the handshake's secret
@@ -233,13 +288,11 @@ pub struct EndpointConfig {
     pub attempts_per_probe: u32,
     /// Interval between OCR1 attempts. Default 500 ms.
     pub connect_attempt_interval: Duration,
-    /// Send and require the stateless anti-spoofing cookie in Reply1/OCR2, whatever the
-    /// protocol (the cookie-only variant of §4.10, which Bedrock clients and official RakNet
-    /// 4.x clients built without libcat security accept); an OCR2 without it is dropped.
-    /// With `false` nothing proves an address before its 0x13 echoes our time (see the
-    /// `handshake` module), so spoofed OCR2s compete with real clients for half-open
-    /// records: turn it off only for a client that cannot take a cookie. Default `true`.
-    pub use_cookies: bool,
+    /// When Reply1 carries the stateless anti-spoofing cookie that OCR2 must echo (the
+    /// cookie-only variant of §4.10, which Bedrock clients and official RakNet 4.x clients
+    /// built without libcat security accept), whatever the protocol. See [`CookieMode`].
+    /// Default [`CookieMode::Auto`]: only under pressure.
+    pub use_cookies: CookieMode,
     /// Internal addresses sent in 0x10/0x13 for protocol 6 (official 10; X-Plane's build 30).
     /// Protocols 10 and 11 always use 20, like Minecraft. Default 10.
     pub internal_addresses: usize,
@@ -306,7 +359,7 @@ impl Default for EndpointConfig {
             mtu_probes: vec![1492, 1200, 576],
             attempts_per_probe: 4,
             connect_attempt_interval: Duration::from_millis(500),
-            use_cookies: true,
+            use_cookies: CookieMode::Auto,
             internal_addresses: 10,
             datagram_timestamps: false,
             advertised_ip: None,

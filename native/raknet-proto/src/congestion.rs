@@ -92,6 +92,10 @@ pub trait Controller: fmt::Debug + Send {
     fn on_sent(&mut self, seq: DatagramSeq);
     /// Whether the controller is in slow start (reported in the datagram flag byte).
     fn in_slow_start(&self) -> bool;
+    /// Heap bytes the controller holds (its filters); 0 for one that holds none.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
     /// The rate at which to pace datagrams, in bytes per second, given the smoothed RTT;
     /// `None` sends as fast as the window allows. The default spreads 1.25 windows over a
     /// round trip (none without an RTT sample).

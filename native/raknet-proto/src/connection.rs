@@ -23,6 +23,7 @@ use crate::datagram::{
 };
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::frame::{Frame, Frames, ORDERING_CHANNELS};
+use crate::memory::{self, HeapUsage};
 use crate::message::{
     id, ConnectedMessage, ConnectedPing, ConnectedPong, ConnectionRequest, NewIncomingConnection,
     OfflineMessage, OpenConnectionRequest1, OpenConnectionRequest2, Timestamped,
@@ -304,6 +305,8 @@ pub(crate) struct Connection {
     nak_budget: (u64, Instant),
     next_ping: Option<Instant>,
     ever_connected: bool,
+    /// Accepted without proof of address (see [`crate::CookieMode`]).
+    unproven: bool,
 
     // Send path.
     queue: SendQueue,
@@ -415,6 +418,7 @@ impl Connection {
             nak_budget: (0, now),
             next_ping: None,
             ever_connected: false,
+            unproven: false,
             queue: SendQueue::starting_at(OrderIndex::new(first)),
             flight: Flight::default(),
             rtt: RttEstimator::new(),
@@ -507,18 +511,27 @@ impl Connection {
         c.next_message_index = MessageIndex::new(second);
         c.queue.skip_ordered(0);
         c.window = DatagramWindow::starting_at(acc.client_seq, limits.max_datagram_gap);
-        c.reliable =
-            ReliableWindow::starting_at(MessageIndex::new(second), limits.max_reliable_window);
+        let reliable_first = if acc.request_reliable { second } else { first };
+        c.reliable = ReliableWindow::starting_at(
+            MessageIndex::new(reliable_first),
+            limits.max_reliable_window,
+        );
         if let Some(sample) = acc.rtt_sample {
             c.rtt.update(sample);
         }
         if let Some(seq) = acc.request_seq {
             c.acks.push(now, seq);
         }
+        c.unproven = !(acc.proven || acc.echoed);
         c
     }
 
     // ---- getters -------------------------------------------------------------------
+
+    /// Nothing proved the peer's address (see [`crate::CookieMode`]).
+    pub(crate) fn unproven(&self) -> bool {
+        self.unproven
+    }
 
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
@@ -1235,6 +1248,47 @@ impl Connection {
         self.send_internal(now, &ping, reliability);
     }
 
+    /// Heap bytes this connection holds, by structure (see [`crate::memory`]); its fixed-size
+    /// state is counted by the endpoint's connection table.
+    pub(crate) fn heap_usage(&self) -> HeapUsage {
+        let early: usize = self.early.iter().map(|(m, _)| m.len()).sum();
+        HeapUsage {
+            send_queue: self.queue.heap_bytes(),
+            in_flight: self.flight.heap_bytes() + memory::vec(&self.receipts_out),
+            acks: self.acks.heap_bytes()
+                + self.naks.heap_bytes()
+                + self.ack_repeats.heap_bytes()
+                + memory::vec(&self.refused_while_paused),
+            reliable_window: self.reliable.heap_bytes(),
+            ordering: memory::vec(&self.channels)
+                + self.channels.iter().map(Channel::heap_bytes).sum::<usize>(),
+            reassembly: self.reassembly.heap_bytes(),
+            congestion: self.cc.heap_bytes(),
+            events: memory::deque(&self.events)
+                + memory::vec(&self.delivered)
+                + memory::vec(&self.early)
+                + early,
+            ..HeapUsage::default()
+        }
+    }
+
+    /// Give back the capacity that bursts left in this connection's containers (see
+    /// [`crate::memory`]): run once per keep-alive ping.
+    fn trim(&mut self) {
+        self.queue.trim();
+        self.flight.trim();
+        self.acks.trim();
+        self.naks.trim();
+        self.ack_repeats.trim();
+        memory::trim_vec(&mut self.refused_while_paused);
+        self.channels.iter_mut().for_each(Channel::trim);
+        self.reassembly.trim();
+        self.reliable.trim();
+        memory::trim_deque(&mut self.events);
+        memory::trim_vec(&mut self.delivered);
+        memory::trim_vec(&mut self.receipts_out);
+    }
+
     /// Bytes of the peer's data this connection buffers, as the budgets count them:
     /// reassembly, ordering holds and the messages that came before the handshake ended.
     fn buffered_bytes(&self) -> usize {
@@ -1365,6 +1419,7 @@ impl Connection {
         if self.state == State::Connected && self.next_ping.is_some_and(|t| now >= t) {
             self.send_ping(now);
             self.next_ping = Some(now + self.config.ping_interval);
+            self.trim();
         }
         if self.pace_until.is_some_and(|t| now >= t) {
             self.pace_until = None;

@@ -16,6 +16,7 @@ use crate::config::{CongestionControl, EndpointConfig};
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
 use crate::error::{ConnectError, DisconnectReason, SendError};
 use crate::handshake::{ServerHandshake, Step};
+use crate::memory::HeapUsage;
 use crate::message::{
     id, AlreadyConnected, ConnectionBanned, IpRecentlyConnected, NoFreeIncomingConnections,
     OfflineMessage, OpenConnectionRequest2, UnconnectedPing, UnconnectedPong,
@@ -202,6 +203,19 @@ pub struct EndpointStats {
     pub pongs_too_large: u64,
     /// OCR2 with a missing or invalid cookie, dropped.
     pub bad_cookies: u64,
+    /// The handshake is strict now: cookies (with [`crate::CookieMode::Auto`]) and echoed
+    /// times required (see [`crate::CookieMode`]).
+    pub strict: bool,
+    /// Times the handshake turned strict.
+    pub strict_entered: u64,
+    /// Times it turned calm again.
+    pub strict_left: u64,
+    /// Connections held now whose address nothing proved (no cookie, no echoed time; taken
+    /// while calm).
+    pub unproven: usize,
+    /// Verified 0x13s without proof of address refused (0x15): `max_unproven` or
+    /// `max_unproven_per_ip` reached.
+    pub refused_unproven: u64,
     /// Connected datagrams from addresses without a connection, dropped.
     pub unknown_peer: u64,
     /// Datagrams that were neither a valid offline message nor connected, dropped.
@@ -368,6 +382,8 @@ pub struct Endpoint {
     buffered: Arc<AtomicUsize>,
     /// Not accepting new connections for now ([`Endpoint::set_suspended`]).
     suspended: bool,
+    /// Connections without proof of address, per IP (IPv6 by /64, see [`ip_key`]).
+    unproven: HashMap<IpAddr, usize>,
 }
 
 impl Endpoint {
@@ -416,6 +432,7 @@ impl Endpoint {
             bans: Bans::default(),
             stats: EndpointStats::default(),
             suspended: false,
+            unproven: HashMap::new(),
         }
     }
 
@@ -438,8 +455,35 @@ impl Endpoint {
             buffered_bytes: self.buffered.load(std::sync::atomic::Ordering::Relaxed),
             half_open: self.handshake.half_open(),
             half_open_reserved: self.handshake.reserved(),
+            strict: self.handshake.strict(),
+            unproven: self.unproven.values().sum(),
             ..self.stats
         }
+    }
+
+    /// Heap bytes this endpoint holds, by structure, its connections' summed: what to look
+    /// at when memory grows (see [`HeapUsage`]). O(connections).
+    pub fn heap_usage(&self) -> HeapUsage {
+        use crate::memory::{deque, map, vec};
+        let mut usage = HeapUsage::default();
+        for conn in self.slots.iter().filter_map(|s| s.conn.as_ref()) {
+            usage += conn.heap_usage();
+        }
+        // A BTreeSet entry: the key and about as much again of node space.
+        let timers = self.timers.len() * 2 * std::mem::size_of::<(Instant, u32)>();
+        usage.connections = vec(&self.slots)
+            + vec(&self.free)
+            + map(&self.by_addr)
+            + map(&self.by_guid)
+            + deque(&self.ready)
+            + timers;
+        usage.handshakes = self.handshake.heap_bytes();
+        usage.admission = self.new_conn_rates.heap_bytes()
+            + self.pong_rates.heap_bytes()
+            + self.bans.heap_bytes();
+        let offline: usize = self.offline_out.iter().map(|(_, d)| d.capacity()).sum();
+        usage.endpoint_queues = deque(&self.offline_out) + offline + deque(&self.events);
+        usage
     }
 
     fn conn(&self, id: ConnId) -> Option<&Connection> {
@@ -795,6 +839,12 @@ impl Endpoint {
         // A slot taken at 0x09 stays the client's even if the server was suspended since.
         let reserved = self.handshake.establish(from);
         let duplicate = self.by_guid.contains_key(&acc.guid);
+        let unproven = !(acc.proven || acc.echoed);
+        let admission = &self.config.admission;
+        let unproven_full = unproven
+            && (self.unproven.values().sum::<usize>() >= admission.max_unproven
+                || self.unproven.get(&ip_key(from.ip())).copied().unwrap_or(0)
+                    >= admission.max_unproven_per_ip);
         // A handshake without a cookie counts against its IP's new connections only now that
         // its address is proven (see `new_conn_rates`).
         let rate = u64::from(self.config.admission.new_connections_per_ip_per_sec);
@@ -806,6 +856,7 @@ impl Endpoint {
                 .take(from.ip(), self.ms(now), rate, rate);
         let refused = duplicate
             || rate_limited
+            || unproven_full
             || (!reserved
                 && (self.suspended
                     || !self.group.take(
@@ -822,6 +873,8 @@ impl Endpoint {
             // reply, has no place this late: a rate-limited one gets the 0x15 too).
             if rate_limited {
                 self.stats.refused_recently_connected += 1;
+            } else if unproven_full {
+                self.stats.refused_unproven += 1;
             } else {
                 self.stats.refused_full_late += 1;
             }
@@ -847,6 +900,9 @@ impl Endpoint {
                 derive(seed, secret, b"known ips key 1"),
             )
         });
+        if unproven {
+            *self.unproven.entry(ip_key(from.ip())).or_default() += 1;
+        }
         let conn = Connection::accepted(self.config.clone(), peer, self.epoch, now, acc);
         let id = self.insert(conn);
         self.by_guid.insert(acc.guid, id);
@@ -962,6 +1018,8 @@ impl Endpoint {
     /// say) is served by the next call.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.handshake.expire(&self.config, self.ms(now));
+        self.handshake
+            .update_pressure(&self.config, self.ms(now), &mut self.stats);
         let mut due = Vec::new();
         while let Some(&(t, index)) = self.timers.first() {
             if t > now {
@@ -1147,6 +1205,15 @@ impl Endpoint {
         }
         if conn.is_closed() {
             let (addr, guid) = (conn.addr(), conn.peer_guid());
+            if conn.unproven() {
+                let key = ip_key(addr.ip());
+                if let Some(n) = self.unproven.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.unproven.remove(&key);
+                    }
+                }
+            }
             slot.conn = None;
             if let Some(t) = slot.scheduled.take() {
                 self.timers.remove(&(t, id.index));

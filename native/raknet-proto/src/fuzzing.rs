@@ -6,7 +6,10 @@
 
 use bytes::Bytes;
 
-use crate::{addr, ConnectedMessage, Datagram, Decode, Encode, Frame, OfflineMessage, Timestamped};
+use crate::{
+    addr, ConnectedMessage, CookieMode, Datagram, Decode, Encode, Frame, OfflineMessage,
+    Timestamped,
+};
 
 fn check<T: PartialEq + std::fmt::Debug>(first: &T, second: &T, what: &str) {
     assert_eq!(
@@ -145,7 +148,8 @@ pub fn endpoint(data: &[u8]) -> EndpointFuzzReach {
         rng_seed: seed,
         secret: seed ^ 0x5eed,
         accept_incoming,
-        use_cookies: flags & 1 != 0,
+        use_cookies: [CookieMode::Never, CookieMode::Always, CookieMode::Auto]
+            [usize::from(flags & 3) % 3],
         protocol_versions: if flags & 2 != 0 { vec![6] } else { vec![11] },
         datagram_timestamps: flags & 4 != 0,
         congestion: if flags & 8 != 0 {

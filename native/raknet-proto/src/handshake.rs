@@ -64,7 +64,7 @@ use bytes::Bytes;
 
 use crate::admission::{ip_key, BoundedMap};
 use crate::codec::Encode;
-use crate::config::EndpointConfig;
+use crate::config::{AdmissionLimits, CookieMode, EndpointConfig};
 use crate::datagram::{DataHeader, Datagram};
 use crate::endpoint::{EndpointGroup, EndpointStats};
 use crate::frame::{Frame, Frames};
@@ -80,6 +80,8 @@ use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
 const COOKIE_EPOCH_MS: u64 = 2000;
 /// The per-peer clock offset is below this (2^40 ms, about 35 years).
 const OFFSET_MASK: u64 = (1 << 40) - 1;
+/// Strict mode ends this long after the pressure last stood above a quarter of a threshold.
+const CALM_AFTER_MS: u64 = 10_000;
 /// `accepted_ms` before 0x10 was sent.
 const NOT_ACCEPTED: u64 = u64::MAX;
 /// OCR2 sizes without a cookie (IPv4, IPv6 server address): 1 + 16 + 7|29 + 2 + 8.
@@ -99,6 +101,8 @@ struct HalfOpen {
     /// other reliable frames is never recorded: those frames were not taken, so
     /// acknowledging it would make the client forget them (issue #12).
     request_seq: Option<u32>,
+    /// The 0x09 came in a reliable frame: it took the client's first reliable index.
+    request_reliable: bool,
     bytes_in: u32,
     bytes_out: u32,
     mtu: u16,
@@ -134,8 +138,14 @@ pub(crate) struct Accepted {
     pub(crate) request_seq: Option<DatagramSeq>,
     /// 0x10 sent → verified 0x13 received: a round trip the peer cannot shorten.
     pub(crate) rtt_sample: Option<Duration>,
-    /// The address was proven by a cookie at OCR2 (else by this 0x13's echo).
+    /// The address was proven by a cookie at OCR2.
     pub(crate) proven: bool,
+    /// This 0x13 echoed our time. With neither, the connection is *unproven* (taken while
+    /// calm, see [`CookieMode`]).
+    pub(crate) echoed: bool,
+    /// The 0x09 was reliable (official): the client's reliable indices go on from 1. An
+    /// unreliable one (jsp-raknet) took none, and 0x13 is the client's reliable index 0.
+    pub(crate) request_reliable: bool,
 }
 
 /// What to do with a connected datagram from an address without a connection.
@@ -149,6 +159,49 @@ pub(crate) enum Step {
     Full,
     /// A verified 0x13: create the connection and hand it this datagram.
     Establish(Accepted),
+}
+
+/// How strict the handshake is now, from the pressure measured on it (see [`CookieMode`]).
+#[derive(Debug, Default)]
+struct Pressure {
+    strict: bool,
+    /// Unproven handshakes started in the current second (`second`), and in the one before.
+    second: u64,
+    this_second: u32,
+    last_second: u32,
+    /// Until when the pressure counts as present (it stood above a quarter of a threshold).
+    hot_until_ms: u64,
+}
+
+impl Pressure {
+    fn roll(&mut self, now_ms: u64) {
+        let second = now_ms / 1000;
+        if second != self.second {
+            self.last_second = if second == self.second + 1 {
+                self.this_second
+            } else {
+                0
+            };
+            self.this_second = 0;
+            self.second = second;
+        }
+    }
+
+    /// Look at the pressure now; `true` if the mode changed.
+    fn update(&mut self, limits: &AdmissionLimits, now_ms: u64, half_open: usize) -> bool {
+        self.roll(now_ms);
+        let rate = self.this_second.max(self.last_second);
+        let per_sec = limits.strict_handshakes_per_sec;
+        if half_open * 4 >= limits.strict_half_open || rate * 4 >= per_sec {
+            self.hot_until_ms = now_ms + CALM_AFTER_MS;
+        }
+        let strict = if half_open >= limits.strict_half_open || rate >= per_sec {
+            true
+        } else {
+            self.strict && now_ms < self.hot_until_ms
+        };
+        std::mem::replace(&mut self.strict, strict) != strict
+    }
 }
 
 /// The server's handshake state: keys, half-open records, remembered OCR1s.
@@ -168,6 +221,7 @@ pub(crate) struct ServerHandshake {
     group: Arc<EndpointGroup>,
     /// Records holding a slot.
     reserved: usize,
+    pressure: Pressure,
 }
 
 impl Drop for ServerHandshake {
@@ -206,7 +260,51 @@ impl ServerHandshake {
             ocr1: BoundedMap::new(cap),
             group,
             reserved: 0,
+            pressure: Pressure::default(),
         }
+    }
+
+    /// Whether the handshake is strict now (see [`CookieMode`]).
+    pub(crate) fn strict(&self) -> bool {
+        self.pressure.strict
+    }
+
+    /// Measure the pressure (see [`CookieMode`]); counts a change of mode.
+    pub(crate) fn update_pressure(
+        &mut self,
+        config: &EndpointConfig,
+        now_ms: u64,
+        stats: &mut EndpointStats,
+    ) {
+        let half_open = self.half_open.len();
+        if self.pressure.update(&config.admission, now_ms, half_open) {
+            if self.pressure.strict {
+                stats.strict_entered += 1;
+            } else {
+                stats.strict_left += 1;
+            }
+        }
+    }
+
+    /// Whether Reply1 carries a cookie now.
+    fn cookies_now(&self, config: &EndpointConfig) -> bool {
+        match config.use_cookies {
+            CookieMode::Always => true,
+            CookieMode::Never => false,
+            CookieMode::Auto => self.pressure.strict,
+        }
+    }
+
+    /// Heap bytes held: the half-open records, their per-IP and GUID indexes, remembered
+    /// OCR1s (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        use crate::memory::{deque, map};
+        let per_ip: usize = self.per_ip.values().map(deque).sum();
+        self.half_open.heap_bytes()
+            + map(&self.per_ip)
+            + per_ip
+            + map(&self.guids)
+            + self.ocr1.heap_bytes()
     }
 
     /// Handshakes between OCR2 and 0x13 held now.
@@ -283,8 +381,9 @@ impl ServerHandshake {
                 .to_vec(),
             );
         }
-        let cookie = config
-            .use_cookies
+        self.update_pressure(config, now_ms, stats);
+        let cookie = self
+            .cookies_now(config)
             .then(|| self.cookie(from, now_ms / COOKIE_EPOCH_MS, req.protocol));
         if cookie.is_none() {
             self.ocr1.insert(
@@ -324,7 +423,8 @@ impl ServerHandshake {
             // guess is right once in 2^32 per protocol and epoch).
             let epoch = now_ms / COOKIE_EPOCH_MS;
             let epochs = [Some(epoch), epoch.checked_sub(1)];
-            let protocol = config.use_cookies.then(|| {
+            let issued = config.use_cookies != CookieMode::Never;
+            let protocol = issued.then(|| {
                 config.protocol_versions.iter().copied().find(|&p| {
                     epochs
                         .iter()
@@ -338,13 +438,15 @@ impl ServerHandshake {
             };
             return Some((protocol, true, 0));
         }
-        if config.use_cookies {
-            // Every Reply1 carried a cookie: an OCR2 without one answers none of ours.
+        // The protocol of the OCR1 remembered, else the first one served.
+        let seen = self.ocr1.get(&from).copied();
+        // Every Reply1 carried a cookie (always, or strict now and this address's OCR1 not
+        // answered without one while calm): an OCR2 without one answers none of ours.
+        if config.use_cookies == CookieMode::Always || (self.cookies_now(config) && seen.is_none())
+        {
             stats.bad_cookies += 1;
             return None;
         }
-        // The protocol of the OCR1 remembered, else the first one served.
-        let seen = self.ocr1.get(&from).copied();
         let protocol = seen
             .map(|s| s.protocol)
             .or_else(|| config.protocol_versions.first().copied())?;
@@ -420,6 +522,7 @@ impl ServerHandshake {
             accepted_ms: NOT_ACCEPTED,
             request_time: 0,
             request_seq: None,
+            request_reliable: true,
             bytes_in: (len + ocr1_bytes) as u32,
             bytes_out: 0,
             mtu,
@@ -434,6 +537,11 @@ impl ServerHandshake {
             stats.half_open_evicted += 1;
             self.forget(addr, &old);
         }
+        if !validated {
+            self.pressure.roll(now_ms);
+            self.pressure.this_second += 1;
+        }
+        self.update_pressure(config, now_ms, stats);
         reply
     }
 
@@ -560,30 +668,32 @@ impl ServerHandshake {
         // Whether the datagram holds something reliable besides the 0x09 (or a frame we
         // cannot read): then it must stay unacknowledged, for the client to resend it.
         let mut more = false;
+        let strict = self.pressure.strict;
         for frame in Frames::new(body) {
             let Ok(frame) = frame else {
                 more = true;
                 break;
             };
-            if !frame.reliability.is_reliable() {
+            // 0x09 and 0x13 are taken in any reliability, as official RakNet takes them
+            // (jsp-raknet sends its 0x09 unreliable); anything else unreliable is dropped.
+            let reliable = frame.reliability.is_reliable();
+            let handshake = matches!(
+                frame.payload.first(),
+                Some(&id::CONNECTION_REQUEST) | Some(&id::NEW_INCOMING_CONNECTION)
+            );
+            if frame.split.is_some() || !handshake {
+                more |= reliable;
                 continue;
-            }
-            if frame.split.is_some() {
-                more = true;
-                continue;
-            }
-            match frame.payload.first() {
-                Some(&id::CONNECTION_REQUEST) | Some(&id::NEW_INCOMING_CONNECTION) => {}
-                _ => {
-                    more = true;
-                    continue;
-                }
             }
             match ConnectedMessage::decode(frame.payload) {
                 Ok(ConnectedMessage::NewIncomingConnection(nic)) => {
                     let echoed = h.accepted_ms != NOT_ACCEPTED
                         && nic.ping_time == offset.wrapping_add(h.accepted_ms);
-                    if !echoed && !h.validated {
+                    // While calm, a 0x13 that does not echo our time is taken as unproven
+                    // (rust-raknet and rak-rs echo their own 0x09 time instead); while
+                    // strict, every one must echo, cookie or not, so that a blind spoofer
+                    // cannot slip a 0x13 in before the player's. Never before our 0x10.
+                    if !echoed && (strict || h.accepted_ms == NOT_ACCEPTED) {
                         stats.bad_echo += 1;
                         return Step::Drop;
                     }
@@ -598,17 +708,19 @@ impl ServerHandshake {
                         rtt_sample: echoed
                             .then(|| Duration::from_millis(now_ms.saturating_sub(h.accepted_ms))),
                         proven: h.validated,
+                        echoed,
+                        request_reliable: h.request_reliable,
                     };
                     return Step::Establish(accepted);
                 }
                 Ok(ConnectedMessage::ConnectionRequest(req)) => {
                     more |= request.is_some();
-                    request = Some(req);
+                    request = Some((req, reliable));
                 }
                 _ => more = true,
             }
         }
-        let Some(req) = request else {
+        let Some((req, request_reliable)) = request else {
             // Anything else before 0x13 (a reordered ping, say) is dropped unacknowledged;
             // the client resends what was reliable.
             stats.handshake_dropped += 1;
@@ -635,6 +747,7 @@ impl ServerHandshake {
             h.accepted_ms = now_ms;
             h.request_time = req.time;
         }
+        h.request_reliable = request_reliable;
         if !more {
             h.request_seq = Some(header.seq.get());
         }

@@ -49,6 +49,7 @@ mod error;
 mod frame;
 mod handshake;
 pub mod hash;
+pub mod memory;
 pub mod message;
 pub mod rates;
 mod recv;
@@ -64,7 +65,7 @@ pub mod fuzzing;
 
 pub use admission::ip_key;
 pub use codec::{Decode, Encode};
-pub use config::{AdmissionLimits, CongestionControl, EndpointConfig, Limits};
+pub use config::{AdmissionLimits, CongestionControl, CookieMode, EndpointConfig, Limits};
 pub use congestion::{Bbr, CongestionEvent, Controller, DeliverySample, Pacer, SlidingWindow};
 pub use connection::Role;
 pub use datagram::{
@@ -80,6 +81,7 @@ pub use frame::{
     Frame, Frames, SplitHeader, MAX_FRAME_HEADER_LEN, MAX_FRAME_PAYLOAD, ORDERING_CHANNELS,
     SPLIT_HEADER_LEN,
 };
+pub use memory::HeapUsage;
 pub use message::{
     AlreadyConnected, BedrockMotd, ConnectedMessage, ConnectedPing, ConnectedPong,
     ConnectionBanned, ConnectionRequest, ConnectionRequestAccepted, IncompatibleProtocolVersion,

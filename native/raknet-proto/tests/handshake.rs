@@ -266,7 +266,7 @@ fn handshake_times_out_without_a_server() {
 #[test]
 fn cookies_let_real_clients_in_and_keep_spoofers_out() {
     let server = EndpointConfig {
-        use_cookies: true,
+        use_cookies: CookieMode::Always,
         ..cfg()
     };
     let mut p = Pair::new(9, server, cfg(), LinkConfig::default());

@@ -328,7 +328,7 @@ fn connection_limit_answers_no_free_incoming_connections() {
     // is dropped, and a full server refuses at 0x09: see tests/group.rs).
     let cfg = EndpointConfig {
         limits,
-        use_cookies: false,
+        use_cookies: CookieMode::Never,
         ..EndpointConfig::default()
     };
     let mut p = Pair::new(5, cfg, EndpointConfig::default(), LinkConfig::default());

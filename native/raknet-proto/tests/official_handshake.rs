@@ -65,7 +65,7 @@ fn server_role_answers_the_official_client_like_official_does() {
     let config = EndpointConfig {
         protocol_versions: vec![6],
         guid: Some(0x000660db22f1b6b3),
-        use_cookies: false,
+        use_cookies: CookieMode::Never,
         ..EndpointConfig::default()
     };
     let mut s = Peer::new(config, "127.0.0.1:29001");
@@ -263,7 +263,7 @@ fn server_writes_its_advertised_address_first_in_accepted() {
             protocol_versions: vec![6],
             advertised_ip: ip.map(|ip| ip.parse().unwrap()),
             // The captured client's cookie-less OCR2 is replayed.
-            use_cookies: false,
+            use_cookies: CookieMode::Never,
             ..EndpointConfig::default()
         };
         let mut s = Peer::new(config, "0.0.0.0:29001");

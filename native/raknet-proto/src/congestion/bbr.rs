@@ -732,6 +732,14 @@ impl Bbr {
 }
 
 impl Controller for Bbr {
+    fn heap_bytes(&self) -> usize {
+        use crate::memory::deque;
+        deque(&self.btlbw.entries)
+            + deque(&self.extra_acked.entries)
+            + deque(&self.recent_round_mins)
+            + deque(&self.recent_queues)
+    }
+
     fn window(&self) -> usize {
         let cwnd = self.competing_window.unwrap_or(self.cwnd);
         if self.mode == Mode::ProbeRtt || self.timed_out {

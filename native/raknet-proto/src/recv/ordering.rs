@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use crate::memory;
+
 use crate::seq::{OrderIndex, SequenceIndex};
 
 /// A message a channel can hold while it waits for a gap: its size is counted, and it is
@@ -70,6 +72,20 @@ impl<T> Default for Channel<T> {
 }
 
 impl<T: Holdable> Channel<T> {
+    /// Heap bytes held: the map of held messages and their payloads (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let sequenced: usize = self.held.values().map(|h| memory::vec(&h.sequenced)).sum();
+        memory::map(&self.held) + sequenced + self.held_bytes
+    }
+
+    /// Give back capacity a burst left behind (see [`crate::memory`]).
+    pub(crate) fn trim(&mut self) {
+        memory::trim_map(&mut self.held);
+        for h in self.held.values_mut() {
+            memory::trim_vec(&mut h.sequenced);
+        }
+    }
+
     /// A channel expecting `first` as its first ordering index (tests of the 2^24 wrap).
     pub(crate) fn starting_at(first: OrderIndex) -> Self {
         Self {

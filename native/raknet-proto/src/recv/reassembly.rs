@@ -7,6 +7,7 @@
 //! a 1,500-byte datagram with every 1-byte fragment while the accounting read 1 byte.
 
 use std::collections::{BTreeMap, HashMap};
+
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -14,6 +15,7 @@ use bytes::{Bytes, BytesMut};
 use crate::config::Limits;
 use crate::error::Limit;
 use crate::frame::{Frame, SplitHeader};
+use crate::memory;
 
 /// Why a fragment was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +56,22 @@ pub(crate) struct Reassembly {
 }
 
 impl Reassembly {
+    /// Heap bytes held: the partial messages, their fragment maps and payloads (see
+    /// [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let parts: usize = self
+            .partials
+            .values()
+            .map(|p| memory::btree(&p.parts) + p.bytes)
+            .sum();
+        memory::map(&self.partials) + parts
+    }
+
+    /// Give back capacity a burst left behind (see [`crate::memory`]).
+    pub(crate) fn trim(&mut self) {
+        memory::trim_map(&mut self.partials);
+    }
+
     /// Bytes currently held, as the budgets count them (payload plus [`Limits::PIECE_OVERHEAD`] per
     /// fragment).
     pub(crate) fn bytes(&self) -> usize {

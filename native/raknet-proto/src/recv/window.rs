@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::datagram::AckRange;
+use crate::memory;
 use crate::seq::DatagramSeq;
 
 /// Datagram numbers remembered for duplicate detection, behind the highest received.
@@ -189,6 +190,16 @@ impl Default for PendingRanges {
 }
 
 impl PendingRanges {
+    /// Heap bytes held (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        memory::deque(&self.ranges)
+    }
+
+    /// Give back capacity a burst left behind (see [`crate::memory`]).
+    pub(crate) fn trim(&mut self) {
+        memory::trim_deque(&mut self.ranges);
+    }
+
     /// Ranges to NAK: at most [`MAX_NAK_RANGES`], since a late datagram looks its number up
     /// among them. A NAK only hastens a resend the sender's timeout makes anyway, so a number
     /// left out costs at most that wait.
@@ -342,6 +353,16 @@ pub(crate) struct AckRepeats {
 }
 
 impl AckRepeats {
+    /// Heap bytes held (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        memory::deque(&self.sent)
+    }
+
+    /// Give back capacity a burst left behind (see [`crate::memory`]).
+    pub(crate) fn trim(&mut self) {
+        memory::trim_deque(&mut self.sent);
+    }
+
     /// Add the ranges sent recently to `ranges` (fresh ones about to be sent), as far as
     /// `budget` bytes allow, merge what touches, and remember the fresh ones for repeating.
     pub(crate) fn add_to(&mut self, ranges: &mut Vec<AckRange>, budget: usize) {

@@ -13,6 +13,7 @@ use crate::config::Limits;
 use crate::congestion::{CongestionEvent, Controller, DeliverySample};
 use crate::datagram::AckRange;
 use crate::frame::Frame;
+use crate::memory;
 use crate::rtt::RttEstimator;
 use crate::send::queue::ReceiptId;
 use crate::seq::{DatagramSeq, MessageIndex, U24_MODULUS};
@@ -105,6 +106,31 @@ pub(crate) struct Flight {
 }
 
 impl Flight {
+    /// Heap bytes held: records, frames (with their payloads), the resend queue and
+    /// receipts (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let records: usize = self
+            .records
+            .iter()
+            .map(|r| memory::vec(&r.reliable) + memory::vec(&r.unreliable_receipts))
+            .sum();
+        let payload = self.unacked_payload - self.frames.len() * Limits::SEND_OVERHEAD;
+        memory::deque(&self.records)
+            + records
+            + memory::map(&self.frames)
+            + payload
+            + memory::deque(&self.resend)
+            + memory::map(&self.receipts)
+    }
+
+    /// Give back capacity a burst left behind (see [`crate::memory`]).
+    pub(crate) fn trim(&mut self) {
+        memory::trim_deque(&mut self.records);
+        memory::trim_map(&mut self.frames);
+        memory::trim_deque(&mut self.resend);
+        memory::trim_map(&mut self.receipts);
+    }
+
     /// Reliable frames sent and not yet acknowledged.
     pub(crate) fn reliable_in_flight(&self) -> usize {
         self.frames.len()

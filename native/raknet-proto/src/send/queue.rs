@@ -2,12 +2,14 @@
 //! protocol reference §5.5), splitting at the MTU (§5.4), and RakNet's four priorities.
 
 use std::collections::VecDeque;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::config::Limits;
 use crate::frame::{Frame, SplitHeader, ORDERING_CHANNELS};
+use crate::memory;
 use crate::reliability::Reliability;
 use crate::seq::{OrderIndex, SequenceIndex};
 
@@ -113,6 +115,16 @@ impl SendQueue {
 
     pub(crate) fn len(&self) -> usize {
         self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    /// Heap bytes held: the queues and the payloads waiting (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.queues.iter().map(memory::deque).sum::<usize>() + self.bytes
+    }
+
+    /// Give back capacity a burst left behind (see [`crate::memory`]).
+    pub(crate) fn trim(&mut self) {
+        self.queues.iter_mut().for_each(memory::trim_deque);
     }
 
     /// Queue a message, split into fragments of at most `max_fragment` bytes. Returns the
