@@ -150,6 +150,8 @@ defmodule Bench.Soak do
         # limits (128 connections, 64 handshakes at once) would refuse most of them.
         max_connections_per_ip: max(connections * 2, 1024),
         max_half_open_per_ip: 4096,
+        # ... and they connect faster than 20 a second.
+        new_connections_per_ip_per_sec: 100_000,
         client_data: conns
       )
 
@@ -162,6 +164,9 @@ defmodule Bench.Soak do
     unless File.exists?(path), do: raise("#{path} is missing: run Bench.Soak.build!/0")
     Port.open({:spawn_executable, path}, [:binary, args: args] ++ port_opts)
   end
+
+  # The BEAM's memory by kind (`:erlang.memory/1`), so that a growing BEAM side names itself.
+  @beam_kinds [:processes, :binary, :ets, :atom, :code, :system]
 
   # Reads raknet-load's output until it exits, sampling the server on each :soak_sample.
   defp collect(load, {server, conns} = srv, pids, t0, progress, out, samples) do
@@ -180,6 +185,7 @@ defmodule Bench.Soak do
           t: System.monotonic_time(:millisecond) - t0,
           connections: RakNet.Server.info(server).connections,
           beam: :erlang.memory(:total),
+          beam_by_kind: Map.new(@beam_kinds, &{&1, :erlang.memory(&1)}),
           rust: RakNet.native_memory(),
           heap: heap(server),
           cpu: Map.new(pids, fn {k, pid} -> {k, Bench.Proc.cpu_ticks(pid)} end),
@@ -281,6 +287,7 @@ defmodule Bench.Soak do
       native_memory: spread(natives),
       native_slope: slope(steady, :rust),
       heap: heap_growth(steady),
+      beam_by_kind: beam_growth(steady),
       cpu: cpu(steady),
       summary: out |> String.split("summary:\n") |> List.last()
     }
@@ -359,6 +366,19 @@ defmodule Bench.Soak do
 
   defp heap_growth([]), do: []
 
+  # Each BEAM memory kind's medians over the first and the last third of the steady samples
+  # (medians, as the garbage collector's sawtooth makes single samples meaningless).
+  defp beam_growth([_, _, _ | _] = steady) do
+    third = div(length(steady), 3)
+
+    for kind <- @beam_kinds do
+      at = fn xs -> xs |> Enum.map(& &1.beam_by_kind[kind]) |> median() end
+      {kind, at.(Enum.take(steady, third)), at.(Enum.take(steady, -third))}
+    end
+  end
+
+  defp beam_growth(_), do: []
+
   @doc """
   The Rust heap's growth after the warm-up, in bytes per connection per hour (the
   least-squares slope of `RakNet.native_memory/0`), or nil without enough samples.
@@ -432,8 +452,37 @@ defmodule Bench.Soak do
       |> String.replace(~r/; (NOT )?flat$/, ""),
       slope_line(r),
       "  Rust heap by structure, first → last steady sample (KB; estimates from capacities):",
-      heap_line(r.heap)
+      heap_line(r.heap),
+      "  BEAM by kind, median of the first → last third (KB):",
+      heap_line(r.beam_by_kind),
+      "  largest BEAM processes at the end (KB): " <> largest_processes()
     ]
+  end
+
+  defp largest_processes do
+    Process.list()
+    |> Enum.flat_map(fn pid ->
+      case Process.info(pid, [:memory, :registered_name, :initial_call, :dictionary]) do
+        nil -> []
+        info -> [{info[:memory], process_name(pid, info)}]
+      end
+    end)
+    |> Enum.sort(:desc)
+    |> Enum.take(6)
+    |> Enum.map_join(", ", fn {bytes, name} -> "#{name} #{kb(bytes)}" end)
+  end
+
+  defp process_name(pid, info) do
+    case info[:registered_name] do
+      name when is_atom(name) and name != nil and name != [] ->
+        inspect(name)
+
+      _ ->
+        case info[:dictionary][:"$initial_call"] do
+          {m, f, a} -> "#{inspect(m)}.#{f}/#{a}"
+          _ -> inspect(pid)
+        end
+    end
   end
 
   defp slope_line(r) do

@@ -24,14 +24,20 @@ defmodule RakNet.Telemetry do
   | `[:raknet, :server, :stats]` | `:connections`, `:messages_in_per_sec`, `:messages_out_per_sec`, `:bytes_in_per_sec`, `:bytes_out_per_sec`, `:resends_per_sec`, `:packet_loss` (mean over connections, 0.0..1.0), `:rtt_p50_ms`, `:rtt_p90_ms`, `:rtt_p99_ms`, `:rtt_max_ms` | `:server`, `:port`, `:family` (`:inet` / `:inet6`) |
   | `[:raknet, :server, :refused]` | `:count` (since the last `:stats`) | `:server`, `:port`, `:family`, `:reason` |
   | `[:raknet, :server, :limited]` | `:count` (since the last `:stats`) | `:server`, `:port`, `:family`, `:limit` |
+  | `[:raknet, :server, :handshake_mode]` | `:count` (changes since the last `:stats`) | `:server`, `:port`, `:family`, `:mode` (`:strict` or `:calm`) |
 
   `:stats` is emitted by each `RakNet.Server` for each of its sockets every
   `:telemetry_interval_ms` (default 1000, see `RakNet.Server.Config`), from a short-lived
   process (a handler may call the server, to put the player count in its MOTD, say);
-  `:refused` and `:limited` follow it, one per counter that grew in the interval. Refusal reasons:
+  `:refused` and `:limited` follow it, one per counter that grew in the interval, and
+  `:handshake_mode` when the handshake turned strict (cookies and the time echo required,
+  under a spoofed-handshake flood) or calm again in it (see `:use_cookies` in
+  `RakNet.Server.Config`; `strict` in the endpoint stats of `RakNet.Server.info/1` is the
+  mode now). Refusal reasons:
   `:full` (and `:full_late`: full by the time the client's 0x09 or 0x13 came), `:ip_connections`
   (`:max_connections_per_ip`), `:recently_connected` (`:new_connections_per_ip_per_sec`),
-  `:banned`, `:incompatible_protocol`, `:bad_cookie`, `:already_connected`. Limits:
+  `:banned`, `:incompatible_protocol`, `:bad_cookie`, `:already_connected`, `:unproven`
+  (`:max_unproven`, `:max_unproven_per_ip`). Limits:
   `:half_open_evicted`, `:half_open_per_ip`, `:handshake_dropped`, `:amplification`,
   `:pongs_rate_limited`, `:pongs_budget`, `:offline_queue_full`. Overloaded connections
   (a handler that fell behind for `:client_timeout_ms`) end with a `:stop` whose reason is
@@ -47,8 +53,11 @@ defmodule RakNet.Telemetry do
     banned: :banned,
     incompatible_protocol: :incompatible_protocol,
     bad_cookie: :bad_cookies,
-    already_connected: :refused_already_connected
+    already_connected: :refused_already_connected,
+    unproven: :refused_unproven
   ]
+
+  @modes [strict: :strict_entered, calm: :strict_left]
 
   @limits [
     half_open_evicted: :half_open_evicted,
@@ -184,6 +193,7 @@ defmodule RakNet.Telemetry do
 
     deltas(:refused, :reason, @refusals, stats, previous, metadata)
     deltas(:limited, :limit, @limits, stats, previous, metadata)
+    deltas(:handshake_mode, :mode, @modes, stats, previous, metadata)
 
     stats
   end

@@ -15,7 +15,11 @@ defmodule RakNet.Interop.OfficialTest do
     # A tiny delivery budget: the handler's mailbox passes it many times, so the server has
     # to pause the official client (leave its datagrams unacknowledged) instead of dropping
     # it; every message must still come back in order and the connection must stay up.
-    {_server, port} = start_server(max_pending_deliveries: 64, max_pending_bytes: 65_536)
+    {_server, port} =
+      start_server(
+        [max_pending_deliveries: 64, max_pending_bytes: 65_536] ++ RakNet.Test.Server.bulk()
+      )
+
     summary = Official.burst(port, 20_000, 64)
     # CLOSED no: the server never hung up on it (the client disconnects itself at the end).
     assert summary =~ ~r/^ECHOED 20000 IN_ORDER yes RATE \d+ CLOSED no$/, summary

@@ -21,7 +21,11 @@ defmodule RakNet.BackpressureTest do
   end
 
   test "a burst to a blocked handler is held back, then delivered completely and in order" do
-    port = start_server(max_pending_deliveries: 16, max_pending_bytes: 65_536)
+    port =
+      start_server(
+        [max_pending_deliveries: 16, max_pending_bytes: 65_536] ++ RakNet.Test.Server.bulk()
+      )
+
     {:ok, conn} = RakNet.connect("127.0.0.1", port)
     assert_receive {:gate_new, handler}, 5_000
     n = 3_000

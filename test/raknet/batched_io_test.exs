@@ -51,7 +51,7 @@ defmodule RakNet.BatchedIoTest do
              ip: unquote(Macro.escape(ip)),
              open_ipv6_socket: false,
              client_data: self()
-           ]}
+           ] ++ RakNet.Test.Server.bulk()}
         )
 
       %{ipv4_port: port} = RakNet.Server.info(server)
@@ -522,7 +522,8 @@ defmodule RakNet.BatchedIoTest do
       RakNet.Server.Config.new(EchoClient, 0,
         ip: "127.0.0.1",
         open_ipv6_socket: false,
-        batch_delivery: false
+        batch_delivery: false,
+        max_messages_per_sec: nil
       )
       |> RakNet.Server.Config.to_native(:inet)
       |> Map.merge(extra)

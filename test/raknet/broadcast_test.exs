@@ -11,7 +11,10 @@ defmodule RakNet.BroadcastTest do
 
   test "a broadcast reaches each of 1,000 connections exactly once" do
     {server, port} =
-      start_server(EchoClient, max_connections: 2_000, max_connections_per_ip: 2_000)
+      start_server(
+        EchoClient,
+        [max_connections: 2_000, max_connections_per_ip: 2_000] ++ RakNet.Test.Server.crowd()
+      )
 
     n = 1_000
 

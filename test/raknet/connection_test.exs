@@ -262,7 +262,7 @@ defmodule RakNet.ConnectionTest do
 
     @tag timeout: 60_000
     test "50 clients, each running a RakNet.Client, echo concurrently" do
-      {server, port} = start_server()
+      {server, port} = start_server(RakNet.Test.Server.crowd())
       test = self()
 
       clients =

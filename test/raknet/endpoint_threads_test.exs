@@ -13,7 +13,10 @@ defmodule RakNet.EndpointThreadsTest do
     n = 200
     # One IP for all: the per-IP limit is shared by the threads, so exactly n fit.
     {server, port} =
-      start_server(endpoint_threads: 4, max_connections: 1_000, max_connections_per_ip: n)
+      start_server(
+        [endpoint_threads: 4, max_connections: 1_000, max_connections_per_ip: n] ++
+          RakNet.Test.Server.crowd()
+      )
 
     conns =
       for _ <- 1..n do

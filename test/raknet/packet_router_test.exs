@@ -37,6 +37,14 @@ defmodule RakNet.PacketRouterTest.Router do
   def disconnected(ctx, reason), do: send(ctx.assigns.owner, {:disconnected, ctx, reason})
 end
 
+defmodule RakNet.PacketRouterTest.SmallRouter do
+  use RakNet.Packet.Router, max_mailbox: 5
+
+  @impl true
+  def target(:world, _packet, ctx), do: {:world, ctx.assigns.test}
+  def target(_kind, _packet, _ctx), do: nil
+end
+
 defmodule RakNet.PacketRouterTest do
   use ExUnit.Case, async: false
 
@@ -131,6 +139,52 @@ defmodule RakNet.PacketRouterTest do
     assert %{missed: 100, unrouted: 10, dispatched: 0, logged: 2} = Router.stats()
     assert [_] = Regex.scan(~r/raknet packet missed: no process registered as \{:zone/, log)
     assert [_] = Regex.scan(~r/raknet packet unrouted: .*has no target for .*Step/, log)
+  end
+
+  test "a target whose mailbox is full gets no more: the packet is dropped and counted",
+       %{t: t} do
+    test = self()
+
+    # A world that takes nothing until told to.
+    world =
+      spawn_link(fn ->
+        :yes = Registry.register_name({:world, t}, self())
+        send(test, :registered)
+
+        receive do
+          :go -> :ok
+        end
+      end)
+
+    assert_receive :registered
+    ctx = %Context{connection: self(), assigns: %{test: t}}
+    router = RakNet.PacketRouterTest.SmallRouter
+
+    log =
+      capture_log(fn ->
+        results = for _ <- 1..8, do: Router.dispatch(router, %Hello{name: "x"}, ctx)
+        assert Enum.take(results, 5) == List.duplicate(:ok, 5)
+
+        assert Enum.drop(results, 5) ==
+                 List.duplicate({:error, {:overloaded, {:world, t}}}, 3)
+      end)
+
+    assert {:message_queue_len, 5} = Process.info(world, :message_queue_len)
+    assert %{dispatched: 5, overloaded: 3} = Router.stats()
+    assert log =~ "raknet packet overloaded"
+    send(world, :go)
+  end
+
+  test "use RakNet.Packet.Router refuses a :max_mailbox that is not a positive integer" do
+    assert_raise ArgumentError, ~r/:max_mailbox must be a positive integer/, fn ->
+      Code.compile_quoted(
+        quote do
+          defmodule BadRouter do
+            use RakNet.Packet.Router, max_mailbox: 0
+          end
+        end
+      )
+    end
   end
 
   describe "RakNet.Packet.Handler on a real connection" do

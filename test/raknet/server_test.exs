@@ -344,7 +344,7 @@ defmodule RakNet.ServerTest do
   end
 
   test "100 concurrent clients share one client thread" do
-    {server, %{ipv4_port: port}} = start_server()
+    {server, %{ipv4_port: port}} = start_server(RakNet.Test.Server.crowd())
     test = self()
     threads_before = os_threads()
 
@@ -731,6 +731,10 @@ defmodule RakNet.ServerTest do
                  :handshake_timeout_ms,
                  :max_half_open,
                  :max_half_open_per_ip,
+                 :strict_half_open,
+                 :strict_handshakes_per_sec,
+                 :max_unproven,
+                 :max_unproven_per_ip,
                  :max_connections_per_ip,
                  :new_connections_per_ip_per_sec,
                  :pongs_per_ip_per_sec,

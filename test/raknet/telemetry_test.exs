@@ -15,7 +15,8 @@ defmodule RakNet.TelemetryTest do
     [:raknet, :connection, :exception],
     [:raknet, :server, :stats],
     [:raknet, :server, :refused],
-    [:raknet, :server, :limited]
+    [:raknet, :server, :limited],
+    [:raknet, :server, :handshake_mode]
   ]
 
   setup do
@@ -156,6 +157,26 @@ defmodule RakNet.TelemetryTest do
     assert_receive {:telemetry, [:raknet, :server, :refused], %{count: 1},
                     %{server: ^server, reason: :full}},
                    5_000
+  end
+
+  test "the handshake turning strict under a flood of unproven handshakes is an event" do
+    {server, port} = start_server(strict_half_open: 3, endpoint_threads: 1)
+    magic = <<0, 255, 255, 0, 254, 254, 254, 254, 253, 253, 253, 253, 18, 52, 86, 120>>
+
+    # Open-connection-request-2s without a cookie (the server is calm: it asked for none),
+    # from three addresses that never go further: three half-open handshakes.
+    for b <- 1..3 do
+      {:ok, socket} = :gen_udp.open(0, [:binary, active: false, ip: {127, 4, 0, b}])
+      ocr2 = <<0x07, magic::binary, 4, 0x80, 0xFF, 0xFF, 0xFE, port::16, 1492::16, b::64>>
+      :ok = :gen_udp.send(socket, {127, 0, 0, 1}, port, ocr2)
+      on_exit(fn -> :gen_udp.close(socket) end)
+    end
+
+    assert_receive {:telemetry, [:raknet, :server, :handshake_mode], %{count: 1},
+                    %{server: ^server, mode: :strict}},
+                   5_000
+
+    assert %{endpoints: [%{stats: %{strict: 1, strict_entered: 1}}]} = RakNet.Server.info(server)
   end
 
   test "without a telemetry module nothing is emitted and everything works" do

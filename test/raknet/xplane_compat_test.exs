@@ -143,7 +143,10 @@ defmodule RakNet.XPlaneCompatTest do
   test "chat: 50 handlers relay every message to all the others through their pids" do
     registry = :"chat_registry_#{System.unique_integer([:positive])}"
     start_supervised!({Registry, keys: :duplicate, name: registry})
-    {_server, %{ipv4_port: port}} = start_server(ChatClient, client_data: {registry, self()})
+
+    {_server, %{ipv4_port: port}} =
+      start_server(ChatClient, [client_data: {registry, self()}] ++ RakNet.Test.Server.crowd())
+
     n = 50
 
     conns =

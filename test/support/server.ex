@@ -7,6 +7,21 @@ defmodule RakNet.Test.Server do
   import ExUnit.Callbacks, only: [start_supervised!: 1]
 
   @doc """
+  Options for a server that many clients of this machine connect to at once: they all come
+  from one address, which the per-IP new-connection rate (20 a second, for the internet)
+  would slow to a trickle.
+  """
+  @spec crowd() :: keyword()
+  def crowd, do: [new_connections_per_ip_per_sec: 100_000]
+
+  @doc """
+  Options for a server that takes bursts of more small messages from one peer than the
+  default `:max_messages_per_sec` (1,000 a second) lets through.
+  """
+  @spec bulk() :: keyword()
+  def bulk, do: [max_messages_per_sec: nil]
+
+  @doc """
   Starts a server of `module` and returns `{server, ipv4_port}`. `restart: :temporary` keeps
   the test's supervisor from restarting a server the test stops itself.
   """

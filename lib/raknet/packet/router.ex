@@ -38,6 +38,8 @@ defmodule RakNet.Packet.Router do
     * `:registry` - the `:via` module names are resolved with (default
       `RakNet.Packet.Registry`); any module with `whereis_name/1` works, for example
       `:global`.
+    * `:max_mailbox` - the most messages a local target's mailbox may hold for a packet
+      still to be cast to it (default `10_000`); `:infinity` casts whatever the mailbox holds.
 
   ## Optional callbacks
 
@@ -64,12 +66,22 @@ defmodule RakNet.Packet.Router do
   @doc false
   defmacro __using__(opts) do
     registry = Keyword.get(opts, :registry, RakNet.Packet.Registry)
+    max_mailbox = Keyword.get(opts, :max_mailbox, 10_000)
+
+    unless max_mailbox == :infinity or (is_integer(max_mailbox) and max_mailbox > 0) do
+      raise ArgumentError,
+            "use RakNet.Packet.Router: :max_mailbox must be a positive integer or :infinity, " <>
+              "got: #{inspect(max_mailbox)}"
+    end
 
     quote do
       @behaviour RakNet.Packet.Router
 
       @doc false
       def __registry__, do: unquote(registry)
+
+      @doc false
+      def __max_mailbox__, do: unquote(max_mailbox)
     end
   end
 
@@ -78,6 +90,7 @@ defmodule RakNet.Packet.Router do
           dispatched: non_neg_integer(),
           missed: non_neg_integer(),
           unrouted: non_neg_integer(),
+          overloaded: non_neg_integer(),
           decode_errors: non_neg_integer(),
           logged: non_neg_integer()
         }
@@ -85,17 +98,17 @@ defmodule RakNet.Packet.Router do
   @doc """
   Routes `packet` and casts `{:raknet_packet, packet, context}` to its target.
 
-  Returns `:ok`, `{:error, :unrouted}` (`target/3` returned `nil`) or
-  `{:error, {:no_process, name}}`; never raises for a missing target, and both errors are
-  counted and logged (see the moduledoc).
+  Returns `:ok`, `{:error, :unrouted}` (`target/3` returned `nil`),
+  `{:error, {:no_process, name}}` or `{:error, {:overloaded, target}}` (its mailbox is full,
+  see the moduledoc); never raises for a missing target, and every error is counted and
+  logged (see the moduledoc).
   """
   @spec dispatch(module(), struct(), Context.t()) ::
-          :ok | {:error, :unrouted | {:no_process, term()}}
+          :ok | {:error, :unrouted | {:no_process, term()} | {:overloaded, term()}}
   def dispatch(router, %module{} = packet, context) do
     case router.target(module.dispatch_to(), packet, context) do
       pid when is_pid(pid) ->
-        GenServer.cast(pid, {:raknet_packet, packet, context})
-        Stats.dispatched()
+        cast(router, pid, pid, module, packet, context)
 
       nil ->
         Stats.incident(:unrouted, fn ->
@@ -109,8 +122,7 @@ defmodule RakNet.Packet.Router do
         # swallow the miss; resolving first lets the miss be counted here.
         case router.__registry__().whereis_name(name) do
           pid when is_pid(pid) ->
-            GenServer.cast(pid, {:raknet_packet, packet, context})
-            Stats.dispatched()
+            cast(router, pid, name, module, packet, context)
 
           :undefined ->
             Stats.incident(:missed, fn ->
@@ -122,9 +134,35 @@ defmodule RakNet.Packet.Router do
     end
   end
 
+  defp cast(router, pid, target, module, packet, context) do
+    if overloaded?(pid, router.__max_mailbox__()) do
+      Stats.incident(:overloaded, fn ->
+        "#{inspect(target)} has #{router.__max_mailbox__()} messages waiting or more: " <>
+          "#{inspect(module)} dropped"
+      end)
+
+      {:error, {:overloaded, target}}
+    else
+      GenServer.cast(pid, {:raknet_packet, packet, context})
+      Stats.dispatched()
+    end
+  end
+
+  defp overloaded?(_pid, :infinity), do: false
+
+  defp overloaded?(pid, max) when node(pid) == node() do
+    case Process.info(pid, :message_queue_len) do
+      {:message_queue_len, len} -> len >= max
+      nil -> false
+    end
+  end
+
+  defp overloaded?(_pid, _max), do: false
+
   @doc """
   This node's dispatch counters: packets `:dispatched`, `:missed` (the name resolved to no
-  process), `:unrouted` (`target/3` returned `nil`), `:decode_errors` (messages that did not
+  process), `:unrouted` (`target/3` returned `nil`), `:overloaded` (the target's mailbox was
+  full), `:decode_errors` (messages that did not
   decode: unknown ids, malformed bodies; see `RakNet.Packet.Handler`) and `:logged` (warning
   lines written about them).
   """

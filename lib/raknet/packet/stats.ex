@@ -7,7 +7,7 @@ defmodule RakNet.Packet.Stats do
   import Bitwise, only: [<<<: 2]
   require Logger
 
-  @kinds [:dispatched, :missed, :unrouted, :decode_errors, :logged]
+  @kinds [:dispatched, :missed, :unrouted, :overloaded, :decode_errors, :logged]
   @key __MODULE__
 
   @doc false

@@ -77,6 +77,13 @@ defmodule RakNet.Server.Config do
       sends a cookie always (Minecraft Bedrock and official RakNet 4.x clients built without
       libcat security echo it; the clients above cannot connect); `false` never does (for
       an official client built with `LIBCAT_SECURITY`). Default `:auto`.
+    * `:strict_half_open` / `:strict_handshakes_per_sec` - the pressure that turns `:auto`
+      strict: handshakes half-open at once, or handshakes without proof of address started
+      in one second. Defaults `256` / `128`.
+    * `:max_unproven` / `:max_unproven_per_ip` - connections whose last handshake message
+      did not echo the server's time (taken only while calm, see `:use_cookies`) held at
+      once, over all addresses / from one address (IPv6: one /64). Beyond them such a client
+      is closed at once, as "no free incoming connections". Defaults `256` / `16`.
     * `:handshake_timeout_ms` - how long a handshake may take. Default `10_000`.
     * `:max_half_open` - handshakes in progress (between open-connection-request-2 and
       new-incoming-connection) remembered at once, each in a record of at most 64 bytes, no
@@ -91,8 +98,8 @@ defmodule RakNet.Server.Config do
       (with a burst of as many); beyond it clients get "IP recently connected". A handshake
       counts once its address is proven (at its first request with a cookie; at its last
       message with `use_cookies: false`, and is then closed at once if over the limit), so
-      requests spoofed from a player's address cannot spend it. Loopback is exempt.
-      Default `20`.
+      requests spoofed from a player's address cannot spend it. Loopback is not exempt: a
+      local load generator or test that connects faster raises it. Default `20`.
     * `:pongs_per_ip_per_sec` - unconnected pongs per source IP per second. Default `16`.
     * `:pong_bytes_per_sec` - unconnected pong bytes per second for all sources together, per
       socket (IPv4 and IPv6 each; divided among its endpoint threads), with a burst of one
@@ -115,18 +122,25 @@ defmodule RakNet.Server.Config do
       `:overloaded`. Default `10_000`; at least 16.
     * `:max_buffered_bytes` - the most bytes of peer data the server buffers for all its
       connections of a socket together: split messages being reassembled and messages held
-      for ordering behind a gap (each connection also has its own 64 MiB bound). Beyond it
-      such data is refused (left unacknowledged, so peers resend it later), never
-      disconnected. Counted as `buffered_bytes` in `RakNet.Server.info/1`. Default
-      `536_870_912` (512 MiB); at least 1 MiB.
+      for ordering behind a gap (each connection also has its own 64 MiB bound). Shared
+      fairly: each connection is guaranteed `max_buffered_bytes / 2 / max_connections`
+      (256 KiB with the defaults, more than a Bedrock login), and only the other half is
+      open to connections beyond their share, so a few peers piling data behind gaps cannot
+      keep everyone else's split messages out. Beyond it such data is refused (left
+      unacknowledged, so peers resend it later). A gap a peer leaves open for
+      `:client_timeout_ms` with data held behind it (a message it never resends) closes its
+      connection with `{:limit_exceeded, :stalled}`. Counted as `buffered_bytes` in
+      `RakNet.Server.info/1`. Default `536_870_912` (512 MiB); at least 1 MiB.
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
     * `:max_messages_per_sec` - the most messages a second a peer may send, sustained (bursts
       of up to twice that pass), counted as they arrive: a peer over it is disconnected, its
       handler's disconnect callback told `{:limit_exceeded, :message_rate}` after the
-      messages that came before, and what it sends from then on is dropped. For handlers
-      that pass what they get on to shared processes (a zone, the world), which would
-      otherwise take every peer's rate. Default `nil`: no limit.
+      messages that came before, and what it sends from then on is dropped. It keeps one
+      peer from taking every handler's and every shared process's time (a 1,464-byte
+      datagram of 4-byte messages is 365 handler calls). Default `1_000`, far above what
+      any game client sends (Bedrock batches a tick's packets into one message, 20 a
+      second); `nil` for no limit (a bulk transfer of many small messages, a benchmark).
     * `:max_message_bytes` - the longest message taken from a peer (a longer one announced
       in its split header closes the connection with `{:limit_exceeded, :message_bytes}`)
       and sent to one (`{:error, :too_large}` beyond it). A game whose messages are small
@@ -149,8 +163,10 @@ defmodule RakNet.Server.Config do
       port, so a client always lands on the same thread and connections spread over all of
       them. `:max_connections`, `:max_connections_per_ip` and `:max_buffered_bytes` are
       shared by the threads (atomic counters) and keep their server-wide meaning exactly;
-      `:max_half_open`, `:max_half_open_per_ip`, `:new_connections_per_ip_per_sec`,
-      `:pongs_per_ip_per_sec` and `:pong_bytes_per_sec` are divided among them (rounded up),
+      `:max_half_open`, `:max_half_open_per_ip`, `:strict_half_open`,
+      `:strict_handshakes_per_sec`, `:max_unproven`, `:max_unproven_per_ip`,
+      `:new_connections_per_ip_per_sec`, `:pongs_per_ip_per_sec` and `:pong_bytes_per_sec`
+      are divided among them (rounded up),
       so a client using one source port sees its thread's share. With more than one thread,
       the server refuses to start (`:eaddrinuse`) when anything already holds the port. Not
       on Windows (one thread there). Default `nil`: the number of online schedulers
@@ -193,6 +209,10 @@ defmodule RakNet.Server.Config do
           | {:handshake_timeout_ms, pos_integer()}
           | {:max_half_open, pos_integer()}
           | {:max_half_open_per_ip, pos_integer()}
+          | {:strict_half_open, pos_integer()}
+          | {:strict_handshakes_per_sec, pos_integer()}
+          | {:max_unproven, pos_integer()}
+          | {:max_unproven_per_ip, pos_integer()}
           | {:max_connections_per_ip, pos_integer()}
           | {:new_connections_per_ip_per_sec, pos_integer()}
           | {:pongs_per_ip_per_sec, non_neg_integer()}
@@ -234,6 +254,10 @@ defmodule RakNet.Server.Config do
             handshake_timeout_ms: 10_000,
             max_half_open: 4096,
             max_half_open_per_ip: 64,
+            strict_half_open: 256,
+            strict_handshakes_per_sec: 128,
+            max_unproven: 256,
+            max_unproven_per_ip: 16,
             max_connections_per_ip: 128,
             new_connections_per_ip_per_sec: 20,
             pongs_per_ip_per_sec: 16,
@@ -243,7 +267,7 @@ defmodule RakNet.Server.Config do
             max_pending_bytes: 4_194_304,
             max_buffered_bytes: 536_870_912,
             max_message_bytes: 33_554_432,
-            max_messages_per_sec: nil,
+            max_messages_per_sec: 1_000,
             telemetry_interval_ms: 1_000,
             congestion_control: :reno,
             endpoint_threads: nil,
@@ -476,6 +500,10 @@ defmodule RakNet.Server.Config do
               :handshake_timeout_ms,
               :max_half_open,
               :max_half_open_per_ip,
+              :strict_half_open,
+              :strict_handshakes_per_sec,
+              :max_unproven,
+              :max_unproven_per_ip,
               :max_connections_per_ip,
               :new_connections_per_ip_per_sec,
               :pong_amplification
@@ -651,6 +679,10 @@ defmodule RakNet.Server.Config do
       # Each endpoint's share.
       max_half_open: share.(c.max_half_open),
       max_half_open_per_ip: share.(c.max_half_open_per_ip),
+      strict_half_open: share.(c.strict_half_open),
+      strict_handshakes_per_sec: share.(c.strict_handshakes_per_sec),
+      max_unproven: share.(c.max_unproven),
+      max_unproven_per_ip: share.(c.max_unproven_per_ip),
       new_connections_per_ip_per_sec: share.(c.new_connections_per_ip_per_sec),
       pongs_per_ip_per_sec: share.(c.pongs_per_ip_per_sec),
       pong_bytes_per_sec: share.(c.pong_bytes_per_sec),

@@ -84,6 +84,7 @@ rustler::atoms! {
     limit_exceeded,
     split_parts,
     message_bytes,
+    stalled,
     message_rate,
     protocol_violation,
     incompatible_protocol,

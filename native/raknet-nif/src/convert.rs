@@ -327,6 +327,9 @@ pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
             DisconnectReason::LimitExceeded(Limit::MessageBytes) => {
                 (atoms::limit_exceeded(), atoms::message_bytes()).encode(env)
             }
+            DisconnectReason::LimitExceeded(Limit::Stalled) => {
+                (atoms::limit_exceeded(), atoms::stalled()).encode(env)
+            }
             DisconnectReason::ProtocolViolation(text) => {
                 (atoms::protocol_violation(), *text).encode(env)
             }
@@ -428,6 +431,8 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("garbage_datagrams", s.garbage_datagrams),
         ("reused_datagram_numbers", s.reused_datagram_numbers),
         ("far_behind_datagrams", s.far_behind_datagrams),
+        ("provisional_datagrams", s.provisional_datagrams),
+        ("untrusted_dropped", s.untrusted_dropped),
         ("ack_numbers_ignored", s.ack_numbers_ignored),
         ("naks_ignored", s.naks_ignored),
         ("unknown_internal", s.unknown_internal),
@@ -437,6 +442,7 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("held_for_ordering", s.held_for_ordering as u64),
         ("held_bytes", s.held_bytes as u64),
         ("splits_expired", s.splits_expired),
+        ("stalled_gaps", s.stalled_gaps),
         ("pongs_dropped", s.pongs_dropped),
         ("backoff", s.backoff as u64),
         ("deliveries_dropped", dropped),

@@ -26,6 +26,12 @@ pub struct Limits {
     pub max_reassembly_bytes: usize,
     /// The same, for all the connections of an endpoint together: the memory a crowd of
     /// peers can make it hold. Default 512 MiB.
+    ///
+    /// Shared fairly: each connection is guaranteed its share
+    /// ([`Limits::buffered_share`], 256 KiB by default), and only the first half of the
+    /// budget is open to connections beyond their share. A few peers that fill the open half
+    /// (a held gap behind which they pile up messages) cannot take the share of anyone else:
+    /// every other player's split messages up to its share still get through.
     pub max_endpoint_buffered_bytes: usize,
     /// Most bytes one reassembled message may have; a larger announced message is a
     /// violation. Default 32 MiB.
@@ -91,6 +97,15 @@ impl Limits {
     /// Counted by payload alone, a slow peer sent one-byte messages held some hundred times
     /// the budget.
     pub const SEND_OVERHEAD: usize = 128;
+
+    /// The receive buffer each connection is guaranteed whatever the others hold: half of
+    /// [`max_endpoint_buffered_bytes`](Self::max_endpoint_buffered_bytes) divided among
+    /// [`max_connections`](Self::max_connections) (256 KiB with the defaults; a Bedrock login
+    /// is at most about 100 KB). The other half is open to any connection, within its own
+    /// [`max_reassembly_bytes`](Self::max_reassembly_bytes), while the total stays below it.
+    pub fn buffered_share(&self) -> usize {
+        self.max_endpoint_buffered_bytes / 2 / self.max_connections.max(1)
+    }
 }
 
 impl Default for Limits {
@@ -142,8 +157,8 @@ pub struct AdmissionLimits {
     /// beyond it OCR2 gets 0x1A "IP recently connected" (official's
     /// `SetLimitIPConnectionFrequency`, 10 a second). A handshake counts once its address
     /// is proven: at OCR2 with a cookie; without one, at its verified 0x13, which is then
-    /// answered with a 0x15 if over the limit. Spoofed OCR2s never count. Loopback is
-    /// exempt. Default 20.
+    /// answered with a 0x15 if over the limit. Spoofed OCR2s never count. Loopback is not
+    /// exempt: a test or a local load generator that connects faster raises it. Default 20.
     pub new_connections_per_ip_per_sec: u32,
     /// Unconnected pongs per source IP per second, with a burst of as many. Default 16.
     pub pongs_per_ip_per_sec: u32,

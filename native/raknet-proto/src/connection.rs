@@ -21,7 +21,7 @@ use crate::congestion::{Bbr, Controller, Pacer, SlidingWindow};
 use crate::datagram::{
     Ack, AckRange, DataHeader, Datagram, Nak, ACK_HEADER_LEN, IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
-use crate::error::{ConnectError, DisconnectReason, SendError};
+use crate::error::{ConnectError, DisconnectReason, Limit, SendError};
 use crate::frame::{Frame, Frames, ORDERING_CHANNELS};
 use crate::memory::{self, HeapUsage};
 use crate::message::{
@@ -253,9 +253,9 @@ impl MemoryShare {
         Self { total, mine: 0 }
     }
 
-    /// The endpoint's total, this connection's share included.
-    fn total(&self) -> usize {
-        self.total.load(AtomicOrdering::Relaxed)
+    /// The endpoint's total if this connection buffered `mine` bytes.
+    fn total_with(&self, mine: usize) -> usize {
+        (self.total.load(AtomicOrdering::Relaxed) + mine).saturating_sub(self.mine)
     }
 
     /// This connection now buffers `bytes`.
@@ -973,7 +973,8 @@ impl Connection {
     }
 
     fn handle_data(&mut self, now: Instant, header: DataHeader, body: Bytes) {
-        match self.window.on_datagram(header.seq, fingerprint(&body)) {
+        let arrival = self.window.on_datagram(header.seq, fingerprint(&body));
+        match arrival {
             Arrival::Garbage => {
                 self.stats.garbage_datagrams += 1;
                 return;
@@ -992,7 +993,10 @@ impl Connection {
             }
             Arrival::Reused => self.stats.reused_datagram_numbers += 1,
             Arrival::FarBehind => self.stats.far_behind_datagrams += 1,
+            Arrival::Provisional => self.stats.provisional_datagrams += 1,
         }
+        // Outside the window (reused, far behind, far ahead): fresh reliable frames only.
+        let trusted = matches!(arrival, Arrival::New { .. });
         if header.timestamp.is_some() {
             self.ack_timestamp = header.timestamp;
         }
@@ -1005,9 +1009,16 @@ impl Connection {
                 refused = true;
                 break;
             };
-            // Only a datagram that carries a frame that decodes keeps the connection alive:
-            // a valid header over a garbage body (slowloris) does not.
-            self.last_receive = now;
+            if !trusted && !frame.reliability.on_wire().is_reliable() {
+                self.stats.untrusted_dropped += 1;
+                continue;
+            }
+            // Only a datagram in the window that carries a frame that decodes keeps the
+            // connection alive: a valid header over a garbage body (slowloris) does not, nor
+            // does a forged number outside the window.
+            if trusted {
+                self.last_receive = now;
+            }
             match self.accept_frame(now, frame, &mut delivered) {
                 Ok(()) => {}
                 Err(None) => {
@@ -1118,15 +1129,16 @@ impl Connection {
             return Ok(());
         }
         let sequence = wire.is_sequenced().then_some(msg.sequence_index);
-        match self.channels[channel].offer(
+        let outcome = self.channels[channel].offer(
             msg.order_index,
             sequence,
             Delivered(msg.payload),
             usize::MAX,
             out,
-        ) {
-            Outcome::Stale => self.stats.stale_dropped += 1,
-            Outcome::Delivered | Outcome::Held | Outcome::Full => {}
+        );
+        self.channels[channel].note_stall(now);
+        if outcome == Outcome::Stale {
+            self.stats.stale_dropped += 1;
         }
         Ok(())
     }
@@ -1297,11 +1309,19 @@ impl Connection {
             + self.early_bytes
     }
 
-    /// Whether `len` more buffered bytes fit in this connection's and its endpoint's budgets.
+    /// Whether `len` more buffered bytes fit in this connection's and its endpoint's budgets:
+    /// always within the connection's fair share ([`Limits::buffered_share`]), beyond it only
+    /// while the endpoint's total stays in the open half of its budget. So the bytes beyond
+    /// shares never pass half the budget, the shares add up to the other half, and the
+    /// endpoint's total never passes the budget: a connection within its share is never
+    /// refused for what others hold.
     fn can_buffer(&self, len: usize) -> bool {
         let limits = &self.config.limits;
-        self.buffered_bytes() + len <= limits.max_reassembly_bytes
-            && self.memory.total() + len <= limits.max_endpoint_buffered_bytes
+        let mine = self.buffered_bytes() + len;
+        let total = self.memory.total_with(mine);
+        mine <= limits.max_reassembly_bytes
+            && total <= limits.max_endpoint_buffered_bytes
+            && (mine <= limits.buffered_share() || total <= limits.max_endpoint_buffered_bytes / 2)
     }
 
     /// Pause or resume taking the peer's messages (back-pressure from the application).
@@ -1318,6 +1338,11 @@ impl Connection {
             for seq in std::mem::take(&mut self.refused_while_paused) {
                 self.naks.push(now, seq);
             }
+            // What filled the held gaps was refused meanwhile: their clocks start again.
+            for channel in &mut self.channels {
+                channel.restart_stall(now);
+            }
+            self.reassembly.restart_stalls(now);
         }
     }
 
@@ -1346,10 +1371,26 @@ impl Connection {
 
     /// Timers: resends, keepalive, timeouts, handshake attempts, closing.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        let expired = self.reassembly.expire(now, self.config.timeout);
+        // While paused we refuse what would fill a gap: the clocks of held gaps stop.
+        let (expired, reliable) = if self.paused {
+            (0, false)
+        } else {
+            self.reassembly.expire(now, self.config.timeout)
+        };
         if expired > 0 {
             self.stats.splits_expired += expired as u64;
             self.memory.set(self.buffered_bytes());
+        }
+        let ordering_stalled = !self.paused
+            && self
+                .channels
+                .iter()
+                .filter_map(Channel::stalled_since)
+                .any(|since| now >= since + self.config.timeout);
+        if (reliable || ordering_stalled) && !matches!(self.state, State::Closed) {
+            // A gap in reliable data left open for the timeout, data piled behind it.
+            self.stats.stalled_gaps += 1;
+            return self.finish(DisconnectReason::LimitExceeded(Limit::Stalled));
         }
         match &self.state {
             State::Closed => return,
@@ -1491,6 +1532,19 @@ impl Connection {
         min(self.naks.since.map(|s| s + self.config.nak_delay));
         min(self.next_ping);
         min(self.pace_until);
+        // Held gaps: unfilled for the timeout, they close the connection.
+        if !self.paused {
+            let stalled = self
+                .channels
+                .iter()
+                .filter_map(Channel::stalled_since)
+                .min();
+            min(stalled.map(|t| t + self.config.timeout));
+            min(self
+                .reassembly
+                .stalled_since()
+                .map(|t| t + self.config.timeout));
+        }
         if self.flight.has_resends() || !self.queue.is_empty() {
             // Queued data waiting on the window is released by ACKs, not timers; but
             // unreliable messages expire.

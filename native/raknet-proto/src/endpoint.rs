@@ -247,6 +247,9 @@ pub struct EndpointGroup {
     buffered: Arc<AtomicUsize>,
     /// Players' IPs, for the returning players' pong budget (see [`KnownIps`]).
     known: KnownIps,
+    /// The GUID of each accepted connection and its address: a GUID is one peer's on every
+    /// endpoint of the group, over either address family.
+    guids: Mutex<HashMap<u64, SocketAddr>>,
 }
 
 impl EndpointGroup {
@@ -288,6 +291,35 @@ impl EndpointGroup {
         free
     }
 
+    fn guid_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SocketAddr>> {
+        self.guids.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a connection of the group from another address than `from` has `guid`.
+    pub fn guid_taken(&self, guid: u64, from: SocketAddr) -> bool {
+        self.guid_map().get(&guid).is_some_and(|a| *a != from)
+    }
+
+    /// Claim `guid` for a connection from `from`: false if another address holds it.
+    pub(crate) fn claim_guid(&self, guid: u64, from: SocketAddr) -> bool {
+        let mut map = self.guid_map();
+        match map.get(&guid) {
+            Some(a) => *a == from,
+            None => {
+                map.insert(guid, from);
+                true
+            }
+        }
+    }
+
+    /// Give back a GUID claimed by [`EndpointGroup::claim_guid`].
+    pub(crate) fn release_guid(&self, guid: u64, from: SocketAddr) {
+        let mut map = self.guid_map();
+        if map.get(&guid) == Some(&from) {
+            map.remove(&guid);
+        }
+    }
+
     /// Give back a slot taken by [`EndpointGroup::take`].
     pub(crate) fn release(&self, ip: IpAddr) {
         let _ = self
@@ -312,6 +344,9 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         for conn in self.slots.iter().filter_map(|s| s.conn.as_ref()) {
             self.group.release(conn.addr().ip());
+            if conn.role() == Role::Server {
+                self.group.release_guid(conn.peer_guid(), conn.addr());
+            }
         }
     }
 }
@@ -838,7 +873,10 @@ impl Endpoint {
         };
         // A slot taken at 0x09 stays the client's even if the server was suspended since.
         let reserved = self.handshake.establish(from);
-        let duplicate = self.by_guid.contains_key(&acc.guid);
+        // Claimed now, given back below if refused: two endpoints of the group never both
+        // accept one GUID.
+        let duplicate =
+            self.by_guid.contains_key(&acc.guid) || !self.group.claim_guid(acc.guid, from);
         let unproven = !(acc.proven || acc.echoed);
         let admission = &self.config.admission;
         let unproven_full = unproven
@@ -850,7 +888,6 @@ impl Endpoint {
         let rate = u64::from(self.config.admission.new_connections_per_ip_per_sec);
         let rate_limited = !duplicate
             && !acc.proven
-            && !from.ip().is_loopback()
             && !self
                 .new_conn_rates
                 .take(from.ip(), self.ms(now), rate, rate);
@@ -867,6 +904,9 @@ impl Endpoint {
         if refused {
             if reserved {
                 self.group.release(from.ip());
+            }
+            if !duplicate {
+                self.group.release_guid(acc.guid, from);
             }
             // The client was told "accepted" by 0x10; its verified 0x13 proves the address,
             // so it may be told otherwise rather than left to time out (0x1A, an offline
@@ -962,6 +1002,7 @@ impl Endpoint {
         let guid = self.guid;
         if self.by_addr.contains_key(&from)
             || self.by_guid.contains_key(&req.client_guid)
+            || self.group.guid_taken(req.client_guid, from)
             || self.handshake.guid_elsewhere(req.client_guid, from)
         {
             // The address or GUID is connected already (§4.9). A lost Reply2 of a half-open
@@ -991,8 +1032,7 @@ impl Endpoint {
             }
             let rate = u64::from(admission.new_connections_per_ip_per_sec);
             // An unproven OCR2 is counted at its 0x13, if it gets there.
-            if proven && !half_open_here && !ip.is_loopback() && !rates.take(ip, now_ms, rate, rate)
-            {
+            if proven && !half_open_here && !rates.take(ip, now_ms, rate, rate) {
                 stats.refused_recently_connected += 1;
                 return Some(IpRecentlyConnected { server_guid: guid }.to_vec());
             }
@@ -1204,7 +1244,7 @@ impl Endpoint {
             self.events.push_back(event);
         }
         if conn.is_closed() {
-            let (addr, guid) = (conn.addr(), conn.peer_guid());
+            let (addr, guid, role) = (conn.addr(), conn.peer_guid(), conn.role());
             if conn.unproven() {
                 let key = ip_key(addr.ip());
                 if let Some(n) = self.unproven.get_mut(&key) {
@@ -1227,6 +1267,9 @@ impl Endpoint {
             }
             if self.by_guid.get(&guid) == Some(&id) {
                 self.by_guid.remove(&guid);
+            }
+            if role == Role::Server {
+                self.group.release_guid(guid, addr);
             }
             self.live -= 1;
             self.group.release(addr.ip());

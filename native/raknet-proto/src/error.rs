@@ -169,6 +169,11 @@ pub enum Limit {
     SplitParts,
     /// [`crate::Limits::max_message_bytes`].
     MessageBytes,
+    /// A gap the peer left in its reliable data (the ordering index a channel waits for,
+    /// the first missing fragment of a split message) stayed unfilled for the connection's
+    /// timeout while data piled up behind it. A real sender fills a gap within its
+    /// retransmission timeout; one that does not holds buffer space it will never release.
+    Stalled,
 }
 
 /// Why a connection ended. Every closed connection reports exactly one.

@@ -60,12 +60,20 @@ pub struct ConnectionStats {
     pub dropped_paused: u64,
     /// Datagrams ignored as implausibly far ahead.
     pub garbage_datagrams: u64,
-    /// Datagrams whose number had been seen recently with other content, processed: the
-    /// peer numbers anew (rak-rs restarts at 1 after the handshake). Copies are duplicates.
+    /// Datagrams whose number had been seen recently with other content: the peer numbers
+    /// anew (rak-rs restarts at 1 after the handshake). Their fresh reliable frames are taken
+    /// (see `untrusted_dropped`). Copies are duplicates.
     pub reused_datagram_numbers: u64,
-    /// Datagrams further behind the highest number than duplicate detection reaches,
-    /// processed (reliable frames are still deduplicated by message index).
+    /// Datagrams further behind the highest number than duplicate detection reaches: their
+    /// reliable frames with fresh message indexes are taken (see `untrusted_dropped`).
     pub far_behind_datagrams: u64,
+    /// Data datagrams far ahead of the highest number and not (yet) confirmed by a second
+    /// one after them: taken as far-behind ones are, without moving the window.
+    pub provisional_datagrams: u64,
+    /// Unreliable frames dropped because their datagram was reused, far behind or
+    /// provisional: only fresh reliable frames are taken from those (a forger who knows no
+    /// counter cannot speak for the peer, or close it, with an unreliable frame).
+    pub untrusted_dropped: u64,
     /// ACK/NAK numbers not walked: numbers we never sent (or resolved long ago), and any
     /// beyond `max_ack_numbers` per ACK/NAK.
     pub ack_numbers_ignored: u64,
@@ -88,8 +96,13 @@ pub struct ConnectionStats {
     /// Bytes of the messages held for ordering, over all channels, counted as
     /// [`reassembly_bytes`](Self::reassembly_bytes) are (payload plus 128 per message).
     pub held_bytes: usize,
-    /// Partial split messages dropped after no fragment arrived for the timeout.
+    /// Partial split messages dropped after their first missing fragment stayed missing for
+    /// the timeout.
     pub splits_expired: u64,
+    /// Closed because a gap in the peer's reliable data (a channel's next ordering index, a
+    /// split message's first missing fragment) stayed open for the timeout
+    /// ([`crate::Limit::Stalled`]).
+    pub stalled_gaps: u64,
     /// Connected pings not answered: the peer pinged faster than the pong budget.
     pub pongs_dropped: u64,
 }

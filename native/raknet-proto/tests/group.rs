@@ -424,3 +424,39 @@ proptest! {
         prop_assert_eq!(alive, held);
     }
 }
+
+/// A GUID is one peer's on the whole server: a second client with a player's GUID is told
+/// 0x12 (already connected) by whichever endpoint it reaches, over IPv4 or IPv6, and may
+/// connect once the player has gone.
+#[test]
+fn a_guid_is_unique_across_the_group() {
+    let mut net = Net::new(2, true, EndpointConfig::default());
+    let same = || EndpointConfig {
+        guid: Some(0xfeed),
+        ..EndpointConfig::default()
+    };
+    let player = net.connect_with("127.0.0.1", 40_001, 0, same());
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(player));
+    for (ip, on) in [("127.0.0.2", 1), ("::1", 1), ("127.0.0.3", 0)] {
+        let taker = net.connect_with(ip, 40_002, on, same());
+        net.run(Duration::from_secs(2));
+        assert!(!net.connected(taker), "{ip} took the player's GUID");
+        assert_eq!(
+            net.refusal(taker),
+            Some(DisconnectReason::ConnectFailed(
+                ConnectError::AlreadyConnected
+            )),
+            "{ip}"
+        );
+    }
+    let id = net.clients[player]
+        .0
+        .conn_by_addr(SERVER.parse().unwrap())
+        .unwrap();
+    net.clients[player].0.close(net.now, id);
+    net.run(Duration::from_secs(2));
+    let again = net.connect_with("127.0.0.4", 40_003, 1, same());
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(again));
+}

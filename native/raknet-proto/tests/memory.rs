@@ -138,32 +138,40 @@ fn a_finished_split_message_waiting_for_its_turn_is_counted() {
 }
 
 #[test]
-fn partial_split_messages_expire_and_free_their_bytes() {
+fn partial_unreliable_split_messages_expire_and_free_their_bytes() {
     let (mut p, s) = pair_with(EndpointConfig::default());
     for id in 0..10u16 {
-        let f = fragment(1000 + u32::from(id), id, 0, 3, Bytes::from(vec![0x86; 500]));
+        let mut f = fragment(1000 + u32::from(id), id, 0, 3, Bytes::from(vec![0x86; 500]));
+        f.reliability = Reliability::Unreliable;
         inject(&mut p, datagram(1000 + u32::from(id), &[f]));
     }
     assert_eq!(
         p.server.connection_stats(s).unwrap().reassembly_bytes,
         10 * (500 + Limits::PIECE_OVERHEAD)
     );
-    // The rest never comes; keepalive pings hold the connection open meanwhile.
+    // The rest never comes (unreliable fragments may be lost); keepalive pings hold the
+    // connection open meanwhile.
     p.drive_until(Duration::from_secs(16), |_| false);
     let stats = p.server.connection_stats(s).unwrap();
     assert_eq!((stats.reassembly_bytes, stats.splits_expired), (0, 10));
     assert_eq!(p.server.stats().buffered_bytes, 0);
 }
 
+/// The receive budget is shared fairly: beyond its share (`Limits::buffered_share`) a
+/// connection takes only from the open half of the endpoint's budget, so however many
+/// connections pile data behind gaps, the total stays within the budget and each of the
+/// others still has its share.
 #[test]
 fn the_endpoint_budget_bounds_all_connections_together() {
     let limits = Limits {
         max_endpoint_buffered_bytes: 100_000,
+        max_connections: 20,
         ..Limits::default()
     };
+    assert_eq!(limits.buffered_share(), 2_500);
     let start = std::time::Instant::now();
     let mut server = Endpoint::new(config(limits), "127.0.0.1:19132".parse().unwrap(), start);
-    // Ten clients, each asking to hold 30 KB behind a gap: 300 KB asked, 100 KB allowed.
+    // Ten clients, each asking to hold 30 KB behind a gap: 300 KB asked.
     let mut clients = Vec::new();
     for c in 0..10u16 {
         let mut p = Pair::new(
@@ -188,17 +196,172 @@ fn the_endpoint_budget_bounds_all_connections_together() {
         clients.push((p.now, s));
     }
     let total = server.stats().buffered_bytes;
-    assert!((90_000..=100_000).contains(&total), "{total}");
+    // The open half (50 KB) is taken, then each later client holds its share.
+    assert!((50_000..=100_000).contains(&total), "{total}");
+    let held: Vec<usize> = clients
+        .iter()
+        .map(|(_, s)| server.connection_stats(*s).unwrap().held_bytes)
+        .collect();
+    assert!(
+        held[0] > 30_000,
+        "the first takes from the open half: {held:?}"
+    );
+    assert!(
+        held[3..].iter().all(|&h| (1..=2_500).contains(&h)),
+        "later ones hold their share: {held:?}"
+    );
     // The budget refuses; it does not disconnect.
     assert!(clients.iter().all(|(_, s)| server.is_connected(*s)));
     // A connection that goes away gives its share back.
     let (now, first) = clients[0];
-    let mine = server.connection_stats(first).unwrap().held_bytes;
-    assert!(mine > 0);
+    let mine = held[0];
     server.close(now, first);
     server.handle_timeout(now + Duration::from_secs(5));
     assert!(!server.is_connected(first));
     assert_eq!(server.stats().buffered_bytes, total - mine);
+}
+
+/// Connections that fill the open half of the budget behind gaps they never fill (34
+/// connections of one address held the whole 512 MiB before) cannot keep a player's split
+/// messages out: the player's share is its own.
+#[test]
+fn a_players_split_messages_get_through_while_others_hold_the_open_half() {
+    let limits = Limits {
+        max_endpoint_buffered_bytes: 1 << 20,
+        max_connections: 8,
+        ..Limits::default()
+    };
+    let share = limits.buffered_share();
+    assert_eq!(share, 64 << 10);
+    let start = std::time::Instant::now();
+    let mut server = Endpoint::new(config(limits), "127.0.0.1:19132".parse().unwrap(), start);
+    let mut others = Vec::new();
+    for c in 0..3u16 {
+        let mut p = Pair::new(
+            u64::from(c) + 40,
+            EndpointConfig::default(),
+            EndpointConfig::default(),
+            LinkConfig::default(),
+        );
+        std::mem::swap(&mut p.server, &mut server);
+        p.client_addr = format!("127.0.0.{}:4000", c + 2).parse().unwrap();
+        others.push(p.connect().1);
+        // 1 MiB of messages behind ordering index 0, which never comes.
+        for i in 0..1000u32 {
+            let msg = Bytes::from(vec![0x86; 1000]);
+            p.server.handle(
+                p.now,
+                p.client_addr,
+                datagram(1000 + i, &[ordered(1000 + i, 1 + i, msg)]),
+            );
+        }
+        std::mem::swap(&mut p.server, &mut server);
+    }
+    let held = server.stats().buffered_bytes;
+    assert!(held >= (1 << 19), "the open half is taken: {held}");
+    // A player sends 40 KB messages (split in about 30 fragments each) and gets them all.
+    let mut p = Pair::new(
+        50,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        LinkConfig::default(),
+    );
+    std::mem::swap(&mut p.server, &mut server);
+    p.client_addr = "127.0.0.9:4000".parse().unwrap();
+    let (c, _) = p.connect();
+    for n in 0..5 {
+        assert!(
+            p.deliver_one(c, 40_000, Duration::from_secs(5)),
+            "message {n} of the player did not arrive"
+        );
+    }
+    assert!(p.server.stats().buffered_bytes <= 1 << 20);
+    // Their share, not the expiry of the others' gaps, let them through.
+    assert!(others.iter().all(|s| p.server.is_connected(*s)));
+}
+
+fn closed_by(p: &Pair, s: ConnId) -> Option<DisconnectReason> {
+    p.server_events.iter().find_map(|e| match e {
+        Event::Disconnected { conn, reason } if *conn == s => Some(*reason),
+        _ => None,
+    })
+}
+
+/// A real sender fills a gap within its retransmission timeout. One that leaves a channel's
+/// next ordering index missing for the connection's timeout while it piles messages behind
+/// it is closed, and what it held goes back to the budget.
+#[test]
+fn a_gap_held_open_for_the_timeout_closes_the_connection() {
+    let (mut p, s) = pair_with(EndpointConfig::default());
+    for i in 0..10u32 {
+        let msg = Bytes::from(vec![0x86; 100]);
+        inject(&mut p, datagram(1000 + i, &[ordered(1000 + i, 1 + i, msg)]));
+    }
+    assert_eq!(p.server.connection_stats(s).unwrap().held_for_ordering, 10);
+    // The client's keep-alive pings do not keep the gap alive.
+    let t0 = p.now;
+    assert!(p.drive_until(Duration::from_secs(30), |p| !p.server.is_connected(s)));
+    let after = p.now - t0;
+    assert!(
+        (Duration::from_secs(10)..Duration::from_millis(10_100)).contains(&after),
+        "{after:?}"
+    );
+    assert_eq!(
+        closed_by(&p, s),
+        Some(DisconnectReason::LimitExceeded(Limit::Stalled))
+    );
+    assert_eq!(p.server.stats().buffered_bytes, 0);
+}
+
+/// The same for a reliable split message whose first fragment never comes, however many of
+/// its other fragments keep coming.
+#[test]
+fn a_split_message_missing_a_fragment_for_the_timeout_closes_the_connection() {
+    let (mut p, s) = pair_with(EndpointConfig::default());
+    let t0 = p.now;
+    // Fragments 1..8 of 10, one a second: progress of a kind, never the missing one.
+    let mut part = 1;
+    let closed = p.drive_until(Duration::from_secs(30), |p| {
+        if part < 9 && p.now >= t0 + Duration::from_secs(u64::from(part)) {
+            let f = fragment(1000 + part, 7, part, 10, Bytes::from(vec![0x86; 500]));
+            inject(p, datagram(1000 + part, &[f]));
+            part += 1;
+        }
+        !p.server.is_connected(s)
+    });
+    assert!(closed);
+    assert_eq!(
+        closed_by(&p, s),
+        Some(DisconnectReason::LimitExceeded(Limit::Stalled))
+    );
+}
+
+/// A gap filled late, but within the timeout, is a slow network, not an attack.
+#[test]
+fn a_gap_filled_within_the_timeout_is_delivered_and_the_connection_stays() {
+    let (mut p, s) = pair_with(EndpointConfig::default());
+    for i in 1..5u32 {
+        let msg = Bytes::from(vec![0x86, i as u8]);
+        inject(&mut p, datagram(1000 + i, &[ordered(1000 + i, i, msg)]));
+    }
+    p.advance_to(p.now + Duration::from_secs(8));
+    inject(
+        &mut p,
+        datagram(1000, &[ordered(1000, 0, Bytes::from(vec![0x86, 0]))]),
+    );
+    let stats = p.server.connection_stats(s).unwrap();
+    assert_eq!(stats.held_for_ordering, 0);
+    p.advance_to(p.now + Duration::from_secs(20));
+    assert!(p.server.is_connected(s));
+    let got: Vec<u8> = p
+        .server_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Message { payload, .. } if payload[0] == 0x86 => Some(payload[1]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, vec![0, 1, 2, 3, 4]);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! it too waits for the ordered message its ordering index names.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use crate::memory;
 
@@ -57,6 +58,8 @@ pub(crate) struct Channel<T> {
     held: HashMap<u32, Held<T>>,
     held_count: usize,
     held_bytes: usize,
+    /// The ordering index this channel has waited for since when, while it holds messages.
+    stall: Option<(OrderIndex, Instant)>,
 }
 
 impl<T> Default for Channel<T> {
@@ -67,6 +70,7 @@ impl<T> Default for Channel<T> {
             held: HashMap::new(),
             held_count: 0,
             held_bytes: 0,
+            stall: None,
         }
     }
 }
@@ -108,6 +112,29 @@ impl<T: Holdable> Channel<T> {
     /// Bytes of the messages held waiting for a gap.
     pub(crate) fn held_bytes(&self) -> usize {
         self.held_bytes
+    }
+
+    /// Note the time after offering messages: a channel that holds messages has waited for
+    /// its expected ordering index since the first moment it was noted waiting for it.
+    pub(crate) fn note_stall(&mut self, now: Instant) {
+        self.stall = match self.stall {
+            _ if self.held_count == 0 => None,
+            Some((index, since)) if index == self.expected => Some((index, since)),
+            _ => Some((self.expected, now)),
+        };
+    }
+
+    /// Start the clock of the current wait again (the gap could not be filled meanwhile).
+    pub(crate) fn restart_stall(&mut self, now: Instant) {
+        if let Some((_, since)) = &mut self.stall {
+            *since = now;
+        }
+    }
+
+    /// Since when the channel has waited for one ordering index with messages held behind
+    /// it (as of the last [`Channel::note_stall`]); `None` while it holds nothing.
+    pub(crate) fn stalled_since(&self) -> Option<Instant> {
+        self.stall.map(|(_, since)| since)
     }
 
     /// Whether a message with ordering index `order` would be taken: the expected one

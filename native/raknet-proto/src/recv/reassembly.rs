@@ -37,8 +37,11 @@ struct Partial {
     bytes: usize,
     /// The first fragment's header, which carries the message's delivery metadata.
     first: Frame,
-    /// When a new fragment last arrived.
-    progress: Instant,
+    /// The lowest fragment index not yet here, and since when it has been the lowest
+    /// missing: a sender sends fragments in order and resends a lost one within its RTO, so
+    /// a gap that stays open is a dead sender or one that never meant to finish.
+    missing: u32,
+    stalled: Instant,
 }
 
 impl Partial {
@@ -120,7 +123,8 @@ impl Reassembly {
                 split: None,
                 ..frame.clone()
             },
-            progress: now,
+            missing: 0,
+            stalled: now,
         });
         if partial.count != split.count {
             return Err(Refusal::Inconsistent);
@@ -132,11 +136,16 @@ impl Reassembly {
             return Ok(None);
         }
         partial.bytes += len;
-        partial.progress = now;
         self.bytes += len + Limits::PIECE_OVERHEAD;
         partial
             .parts
             .insert(split.index, Bytes::copy_from_slice(&frame.payload));
+        if split.index == partial.missing {
+            while partial.parts.contains_key(&partial.missing) {
+                partial.missing += 1;
+            }
+            partial.stalled = now;
+        }
         if partial.parts.len() < partial.count as usize {
             return Ok(None);
         }
@@ -154,21 +163,36 @@ impl Reassembly {
         }))
     }
 
-    /// Drop the partial messages that got no new fragment for `idle`; returns how many. A
-    /// reliable message's fragments are resent until they arrive, so only a dead sender or
-    /// one that never meant to finish (unreliable fragments, a hostile peer) leaves one.
-    pub(crate) fn expire(&mut self, now: Instant, idle: Duration) -> usize {
+    /// Drop the partial messages whose lowest missing fragment has been missing for `idle`;
+    /// returns how many, and whether one of them was reliable. A reliable message's fragments
+    /// are resent until they arrive, so only a dead sender or one that never meant to finish
+    /// leaves one: the connection should close. An unreliable one's fragments may be lost.
+    pub(crate) fn expire(&mut self, now: Instant, idle: Duration) -> (usize, bool) {
         let before = self.partials.len();
         let mut freed = 0;
+        let mut reliable = false;
         self.partials.retain(|_, p| {
-            let keep = now.saturating_duration_since(p.progress) < idle;
+            let keep = now.saturating_duration_since(p.stalled) < idle;
             if !keep {
                 freed += p.counted();
+                reliable |= p.first.reliability.on_wire().is_reliable();
             }
             keep
         });
         self.bytes -= freed;
-        before - self.partials.len()
+        (before - self.partials.len(), reliable)
+    }
+
+    /// Start the clocks of the gaps again (they could not be filled meanwhile).
+    pub(crate) fn restart_stalls(&mut self, now: Instant) {
+        for p in self.partials.values_mut() {
+            p.stalled = now;
+        }
+    }
+
+    /// When the oldest gap among the partial messages opened, if any is being reassembled.
+    pub(crate) fn stalled_since(&self) -> Option<Instant> {
+        self.partials.values().map(|p| p.stalled).min()
     }
 }
 
@@ -259,7 +283,8 @@ mod tests {
         assert_eq!(r.insert(t0(), f, s, &limits), Err(Refusal::Busy));
         assert_eq!(r.bytes(), 3 * (1 + Limits::PIECE_OVERHEAD));
         assert_eq!(
-            r.expire(t0() + Duration::from_secs(60), Duration::from_secs(10)),
+            r.expire(t0() + Duration::from_secs(60), Duration::from_secs(10))
+                .0,
             1
         );
         assert_eq!(r.bytes(), 0);
@@ -293,10 +318,40 @@ mod tests {
         r.insert(t0() + Duration::from_secs(5), f, s, &limits)
             .unwrap();
         let idle = Duration::from_secs(10);
-        assert_eq!(r.expire(t0() + Duration::from_secs(9), idle), 0);
-        assert_eq!(r.expire(t0() + Duration::from_secs(10), idle), 1);
+        assert_eq!(r.stalled_since(), Some(t0()));
+        assert_eq!(r.expire(t0() + Duration::from_secs(9), idle), (0, false));
+        assert_eq!(r.expire(t0() + Duration::from_secs(10), idle), (1, true));
         assert_eq!((r.len(), r.bytes()), (1, 2 + Limits::PIECE_OVERHEAD));
-        assert_eq!(r.expire(t0() + Duration::from_secs(15), idle), 1);
+        assert_eq!(r.expire(t0() + Duration::from_secs(15), idle), (1, true));
         assert_eq!((r.len(), r.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_gap_held_open_stalls_however_many_fragments_come_behind_it() {
+        let limits = Limits::default();
+        let mut r = Reassembly::default();
+        let idle = Duration::from_secs(10);
+        // Fragments 1, 2, 3... arrive one every 4 s; fragment 0 never does.
+        for i in 1..5 {
+            let (f, s) = frag(1, i, 8, b"x");
+            r.insert(t0() + Duration::from_secs(4 * u64::from(i)), f, s, &limits)
+                .unwrap();
+        }
+        assert_eq!(r.expire(t0() + Duration::from_secs(13), idle), (0, false));
+        assert_eq!(r.expire(t0() + Duration::from_secs(14), idle), (1, true));
+        // In order, each fragment fills the gap: no stall however slow the sender.
+        for i in 0..5 {
+            let (f, s) = frag(2, i, 8, b"x");
+            r.insert(t0() + Duration::from_secs(9 * u64::from(i)), f, s, &limits)
+                .unwrap();
+        }
+        assert_eq!(r.expire(t0() + Duration::from_secs(40), idle), (0, false));
+        assert_eq!(r.stalled_since(), Some(t0() + Duration::from_secs(36)));
+        // An unreliable message's lost fragment is dropped, not a violation.
+        let mut r = Reassembly::default();
+        let (mut f, s) = frag(3, 1, 2, b"y");
+        f.reliability = Reliability::Unreliable;
+        r.insert(t0(), f, s, &limits).unwrap();
+        assert_eq!(r.expire(t0() + Duration::from_secs(10), idle), (1, false));
     }
 }

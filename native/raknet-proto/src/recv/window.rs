@@ -16,6 +16,11 @@ const HISTORY: u32 = 1024;
 const FINGERPRINTED: u32 = 64;
 /// Most numbers NAKed for one gap (official 1000).
 const MAX_NAK_PER_GAP: u32 = 1000;
+/// A jump at least this far ahead of the highest number moves the window only once a
+/// second datagram a little after it confirms it (a real sender numbers on from there). Until
+/// then it is [`Arrival::Provisional`]: one forged datagram far ahead cannot push the real
+/// peer's datagrams out of the window.
+const JUMP: u32 = HISTORY;
 
 /// What to do with an arriving data datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,11 +30,15 @@ pub(crate) enum Arrival {
     /// A number seen recently, but with other content: the peer numbers datagrams anew
     /// (rak-rs restarts at 1 after the handshake). Process it, as official RakNet does.
     Reused,
-    /// Further behind the highest number than the history reaches: process it, as official
-    /// RakNet does with every older number. Its reliable frames are still deduplicated by
-    /// message index; dropping it instead would let one forged far-ahead datagram make the
-    /// real peer's data vanish (acknowledged, never delivered).
+    /// Further behind the highest number than the history reaches: official RakNet
+    /// processes every older number. Only its reliable frames with fresh message indexes are
+    /// taken (dropping it whole instead would let one forged far-ahead datagram make the real
+    /// peer's data vanish, acknowledged and never delivered); its unreliable frames are not,
+    /// so a forger guessing no counter cannot speak for the peer.
     FarBehind,
+    /// At least [`JUMP`] ahead and not confirmed yet (see [`JUMP`]): taken as a
+    /// [`Arrival::FarBehind`] one is, without moving the window.
+    Provisional,
     /// Seen before, same content: acknowledge again, do not process.
     Duplicate,
     /// Implausibly far ahead: ignore entirely.
@@ -61,6 +70,8 @@ pub(crate) struct DatagramWindow {
     /// Fingerprints of the last [`FINGERPRINTED`] numbers, by number modulo its length.
     prints: [u32; FINGERPRINTED as usize],
     max_gap: u32,
+    /// The last unconfirmed jump far ahead (see [`JUMP`]).
+    provisional: Option<DatagramSeq>,
 }
 
 impl DatagramWindow {
@@ -78,6 +89,7 @@ impl DatagramWindow {
             bits: [0; (HISTORY / 64) as usize],
             prints: [0; FINGERPRINTED as usize],
             max_gap,
+            provisional: None,
         };
         w.set(w.highest);
         w
@@ -115,6 +127,16 @@ impl DatagramWindow {
             if d > self.max_gap {
                 return Arrival::Garbage;
             }
+            if d >= JUMP {
+                let confirms = self
+                    .provisional
+                    .is_some_and(|p| seq.is_after(p) && seq.distance_from(p) < JUMP);
+                if !confirms {
+                    self.provisional = Some(seq);
+                    return Arrival::Provisional;
+                }
+            }
+            self.provisional = None;
             if d >= HISTORY {
                 self.bits = [0; (HISTORY / 64) as usize];
             } else {
@@ -481,16 +503,21 @@ mod tests {
     }
 
     #[test]
-    fn far_behind_datagrams_are_processed() {
+    fn a_jump_far_ahead_is_provisional_until_a_second_datagram_confirms_it() {
         let mut w = DatagramWindow::new(50_000);
         assert!(matches!(w.on(s(0)), Arrival::New { .. }));
-        // One datagram far ahead (forged, say) must not make the real ones vanish.
-        assert!(matches!(w.on(s(50_000)), Arrival::New { .. }));
+        // One datagram far ahead (forged, say) does not move the window...
+        assert_eq!(w.on(s(50_000)), Arrival::Provisional);
         for n in 1..10 {
-            assert_eq!(w.on(s(n)), Arrival::FarBehind);
+            assert_eq!(w.on(s(n)), Arrival::New { missing: None });
         }
-        assert_eq!(w.on(s(50_000 - 5)), Arrival::New { missing: None });
-        assert_eq!(w.on(s(50_000 - 5)), Arrival::Duplicate);
+        assert_eq!(w.on(s(50_000)), Arrival::Provisional, "nor does a copy");
+        assert_eq!(w.on(s(20_000)), Arrival::Provisional, "nor one before it");
+        // ...until one a little after the last confirms it (a real sender numbers on).
+        assert!(matches!(w.on(s(20_003)), Arrival::New { missing: Some(_) }));
+        assert_eq!(w.on(s(20_001)), Arrival::New { missing: None });
+        // What is then far behind is taken only as far-behind.
+        assert_eq!(w.on(s(5)), Arrival::FarBehind);
     }
 
     #[test]
@@ -525,14 +552,20 @@ mod tests {
             seq = seq.next();
         }
         let mut w = DatagramWindow::new(50_000);
-        // Walk up to just below the wrap in gaps the window accepts.
+        // Walk up to just below the wrap in gaps the window accepts, each jump confirmed.
         let mut n = 0;
         while n < 0x00ff_fff0 {
-            assert!(matches!(w.on(s(n)), Arrival::New { .. }));
+            assert!(matches!(
+                w.on(s(n)),
+                Arrival::New { .. } | Arrival::Provisional
+            ));
+            assert!(matches!(w.on(s(n + 1)), Arrival::New { .. }));
             n = (n + 40_000).min(0x00ff_fff0);
         }
-        assert!(matches!(w.on(s(0x00ff_fff0)), Arrival::New { .. }));
-        for n in 0x00ff_fff1..=0x00ff_ffff {
+        assert_eq!(w.on(s(0x00ff_fff0)), Arrival::Provisional);
+        assert!(matches!(w.on(s(0x00ff_fff1)), Arrival::New { .. }));
+        assert_eq!(w.on(s(0x00ff_fff0)), Arrival::New { missing: None });
+        for n in 0x00ff_fff2..=0x00ff_ffff {
             assert_eq!(w.on(s(n)), Arrival::New { missing: None });
         }
         assert_eq!(w.on(s(0)), Arrival::New { missing: None });
@@ -551,11 +584,18 @@ mod tests {
     #[test]
     fn naks_per_gap_are_capped() {
         let mut w = DatagramWindow::new(50_000);
-        let Arrival::New { missing: Some(r) } = w.on(s(20_000)) else {
+        // (The window starts as if 2^24 - 1 had come: 1,001 ahead.)
+        let Arrival::New { missing: Some(r) } = w.on(s(1_000)) else {
             panic!()
         };
         assert_eq!(r.len(), MAX_NAK_PER_GAP);
-        assert_eq!(r.end, s(19_999));
+        let mut w = DatagramWindow::new(50_000);
+        assert_eq!(w.on(s(20_000)), Arrival::Provisional);
+        let Arrival::New { missing: Some(r) } = w.on(s(20_001)) else {
+            panic!()
+        };
+        assert_eq!(r.len(), MAX_NAK_PER_GAP);
+        assert_eq!(r.end, s(20_000));
     }
 
     #[test]
