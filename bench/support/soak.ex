@@ -8,8 +8,8 @@ defmodule Bench.Soak do
   duplication and reordering on every path), and runs `raknet-load --verify` through the relay:
   each connection sends one reliable-ordered and one unreliable-sequenced message per tick on
   one channel and checks the echoes by the numbers they carry (see `raknet-load`'s docs).
-  Meanwhile the server is sampled: connections, `:erlang.memory(:total)`,
-  `RakNet.native_memory/0` and the VM's CPU time.
+  Meanwhile the server is sampled: connections, `:erlang.memory(:total)` (after a full
+  collection of every process), `RakNet.native_memory/0` and the VM's CPU time.
 
   The code lives in `bench/support/`, which `mix.exs` compiles in the dev and test
   environments only: both entry points call it (one copy), its `RakNet.Client` implementation
@@ -181,6 +181,11 @@ defmodule Bench.Soak do
         raise "raknet-load exited with #{status}:\n#{out}"
 
       :soak_sample ->
+        # Memory is read after a full collection of every process: what is live, not the
+        # garbage collector's slack (each heap's size follows its largest burst so far and
+        # swings by a quarter between collections), so that a trend is a leak.
+        Enum.each(Process.list(), &:erlang.garbage_collect/1)
+
         s = %{
           t: System.monotonic_time(:millisecond) - t0,
           connections: RakNet.Server.info(server).connections,

@@ -508,7 +508,10 @@ defmodule RakNet.Server.Listener do
       config
       | max_connections: Map.get(overrides, :max_connections, config.max_connections),
         offline_ping_response:
-          Map.get(overrides, :offline_ping_response, config.offline_ping_response)
+          Map.get(overrides, :offline_ping_response, config.offline_ping_response),
+        # One GUID for both sockets: clients see one server, and the sockets share the table
+        # that keeps each client GUID one peer's.
+        server_identifier: config.server_identifier || :rand.uniform(0xFFFF_FFFF_FFFF_FFFF)
     }
 
     families =

@@ -14,6 +14,16 @@ defmodule RakNet.PingTest do
                    shared_thread: false
                  })
 
+  test "a server's IPv4 and IPv6 sockets answer with one GUID" do
+    {server, _} =
+      RakNet.Test.Server.start!(RakNet.Test.EchoClient, open_ipv6_socket: true, ipv6_ip: "::1")
+
+    %{ipv4_port: v4, ipv6_port: v6} = RakNet.Server.info(server)
+    assert {:ok, a} = RakNet.Ping.ping("127.0.0.1", v4)
+    assert {:ok, b} = RakNet.Ping.ping("::1", v6)
+    assert a.guid == b.guid
+  end
+
   test "pings one of our endpoints and parses its Bedrock MOTD" do
     {:ok, endpoint} = RakNet.Native.endpoint_start(@endpoint_opts, self())
     on_exit(fn -> RakNet.Native.endpoint_stop(endpoint) end)

@@ -19,11 +19,11 @@ mod udp;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::sync_channel;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use raknet_proto::{Endpoint, EndpointGroup, SendOptions, ORDERING_CHANNELS};
+use raknet_proto::{Endpoint, EndpointGroup, GuidTable, SendOptions, ORDERING_CHANNELS};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
 use crate::command::Command;
@@ -246,6 +246,25 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
     }
 }
 
+/// The client GUID table of each server of this VM, by the server's GUID (see
+/// [`raknet_proto::GuidTable`]); a table goes when its groups do.
+static GUID_TABLES: Mutex<Vec<(u64, Weak<GuidTable>)>> = Mutex::new(Vec::new());
+
+fn guid_table(server_guid: u64) -> Arc<GuidTable> {
+    let mut tables = GUID_TABLES.lock().unwrap_or_else(|p| p.into_inner());
+    tables.retain(|(_, t)| t.strong_count() > 0);
+    if let Some(table) = tables
+        .iter()
+        .find(|(g, _)| *g == server_guid)
+        .and_then(|(_, t)| t.upgrade())
+    {
+        return table;
+    }
+    let table = Arc::new(GuidTable::default());
+    tables.push((server_guid, Arc::downgrade(&table)));
+    table
+}
+
 /// The most endpoint threads one group may have.
 const MAX_GROUP: usize = 1024;
 
@@ -308,8 +327,11 @@ fn start_endpoints<'a>(
     })?;
     let sockets =
         bind_all(options.bind, options.dual_stack, count).map_err(|e| error(env, io_error(&e)))?;
-    let group = Arc::new(EndpointGroup::default());
     let mut config = options.config.clone();
+    // A server's IPv4 and IPv6 groups have one GUID (the Elixir side passes it to both) and
+    // share the table of their clients' GUIDs.
+    let guid = *config.guid.get_or_insert_with(convert::seed);
+    let group = Arc::new(EndpointGroup::sharing_guids(guid_table(guid)));
     let mut started: Vec<ResourceArc<EndpointResource>> = Vec::with_capacity(count);
     for (i, (socket, buffers, pktinfo)) in sockets.into_iter().enumerate() {
         let local = socket.local_addr().map_err(|e| error(env, io_error(&e)))?;
@@ -319,7 +341,6 @@ fn start_endpoints<'a>(
             config.secret = convert::seed();
         }
         let endpoint = Endpoint::new_in_group(config.clone(), local, Instant::now(), group.clone());
-        config.guid = Some(endpoint.guid());
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(driver::Shared::new(options.inline_sends));
         let me = ResourceArc::new(EndpointResource {

@@ -248,8 +248,32 @@ pub struct EndpointGroup {
     /// Players' IPs, for the returning players' pong budget (see [`KnownIps`]).
     known: KnownIps,
     /// The GUID of each accepted connection and its address: a GUID is one peer's on every
-    /// endpoint of the group, over either address family.
-    guids: Mutex<HashMap<u64, SocketAddr>>,
+    /// endpoint of the group, and of the groups that share the table.
+    guids: Arc<GuidTable>,
+}
+
+/// The GUIDs of a server's connections, with their addresses: each belongs to one peer on
+/// every endpoint that shares the table ([`EndpointGroup::sharing_guids`]). A server
+/// listening on IPv4 and IPv6 has a group per socket (each with the limits of its own) and
+/// one table for both, so a second client cannot take a player's GUID over the other family.
+#[derive(Debug, Default)]
+pub struct GuidTable(Mutex<HashMap<u64, SocketAddr>>);
+
+impl GuidTable {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SocketAddr>> {
+        // The map is left consistent at every step, so a poisoned lock is still usable.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// GUIDs held now.
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Whether no GUID is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl EndpointGroup {
@@ -291,8 +315,21 @@ impl EndpointGroup {
         free
     }
 
+    /// A group of its own (limits counted apart) that shares `guids` with other groups.
+    pub fn sharing_guids(guids: Arc<GuidTable>) -> Self {
+        Self {
+            guids,
+            ..Self::default()
+        }
+    }
+
+    /// The group's GUID table, to share with another group ([`EndpointGroup::sharing_guids`]).
+    pub fn guids(&self) -> Arc<GuidTable> {
+        self.guids.clone()
+    }
+
     fn guid_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SocketAddr>> {
-        self.guids.lock().unwrap_or_else(|p| p.into_inner())
+        self.guids.map()
     }
 
     /// Whether a connection of the group from another address than `from` has `guid`.

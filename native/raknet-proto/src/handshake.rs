@@ -503,14 +503,18 @@ impl ServerHandshake {
         let of_ip = self.per_ip.get(&ip).map_or(0, VecDeque::len);
         if of_ip >= config.admission.max_half_open_per_ip {
             stats.half_open_per_ip_full += 1;
-            // A proven address is a real host with that many handshakes under way: it waits.
-            // Unproven ones (cookies off) cannot be told from spoofed ones: the oldest gives
-            // way, so keeping a player out takes a full share of spoofed OCR2s per round trip
-            // of the player, not one per handshake timeout.
-            if validated {
-                return None;
-            }
-            let oldest = self.per_ip.get_mut(&ip).and_then(VecDeque::pop_front)?;
+            // Unproven handshakes (no cookie) cannot be told from spoofed ones: the IP's
+            // oldest unproven one gives way, to a proven one (which must not wait behind
+            // spoofed records made while the server was calm) and to a newer unproven one
+            // (so keeping a player out takes a full share of spoofed OCR2s per round trip of
+            // the player, not one per handshake timeout). A proven address with a full share
+            // of proven handshakes under way is a real host that waits.
+            let half_open = &self.half_open;
+            let addrs = self.per_ip.get_mut(&ip)?;
+            let unproven = addrs
+                .iter()
+                .position(|a| half_open.get(a).is_some_and(|h| !h.validated))?;
+            let oldest = addrs.remove(unproven)?;
             if let Some(old) = self.half_open.remove(&oldest) {
                 self.forget(oldest, &old);
             }

@@ -74,7 +74,7 @@ pub use datagram::{
 };
 pub use endpoint::{
     ConnId, ConnectOptions, ConnectionInfo, Endpoint, EndpointGroup, EndpointStats, Event,
-    Transmit, BANNED_REPLIES_PER_SEC, MAX_OFFLINE_PING_RESPONSE,
+    GuidTable, Transmit, BANNED_REPLIES_PER_SEC, MAX_OFFLINE_PING_RESPONSE,
 };
 pub use error::{ConnectError, DecodeError, DisconnectReason, Limit, SendError};
 pub use frame::{

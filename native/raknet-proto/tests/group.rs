@@ -460,3 +460,43 @@ fn a_guid_is_unique_across_the_group() {
     net.run(Duration::from_secs(2));
     assert!(net.connected(again));
 }
+
+/// A server's IPv4 and IPv6 sockets are two groups, each with its own limits, that share one
+/// GUID table: a player's GUID cannot be taken over the other family either.
+#[test]
+fn groups_sharing_a_guid_table_keep_their_limits_apart() {
+    let mut net = Net::new(2, false, EndpointConfig::default());
+    let v4 = Arc::new(EndpointGroup::default());
+    let v6 = Arc::new(EndpointGroup::sharing_guids(v4.guids()));
+    net.servers = [v4, v6]
+        .into_iter()
+        .enumerate()
+        .map(|(i, group)| {
+            let config = EndpointConfig {
+                rng_seed: 70 + i as u64,
+                guid: Some(0x5e5e),
+                ..limits(1, 1)
+            };
+            Endpoint::new_in_group(config, SERVER.parse().unwrap(), net.now, group)
+        })
+        .collect();
+    let same = || EndpointConfig {
+        guid: Some(0xfeed),
+        ..EndpointConfig::default()
+    };
+    let player = net.connect_with("127.0.0.1", 40_001, 0, same());
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(player));
+    let taker = net.connect_with("::1", 40_002, 1, same());
+    net.run(Duration::from_secs(2));
+    assert_eq!(
+        net.refusal(taker),
+        Some(DisconnectReason::ConnectFailed(
+            ConnectError::AlreadyConnected
+        ))
+    );
+    // The other group's one slot is its own: another GUID takes it.
+    let other = net.connect("::1", 40_003, 1);
+    net.run(Duration::from_secs(2));
+    assert!(net.connected(other));
+}

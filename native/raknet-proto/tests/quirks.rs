@@ -340,6 +340,48 @@ fn a_spoofed_flood_turns_the_handshake_strict_and_its_end_turns_it_calm() {
     assert!(scripted(&mut ep, now, addr, client(5), rust_raknet).is_ok());
 }
 
+/// Spoofed cookie-less OCR2s from the players' own IP (a NAT many players share), made while
+/// the server was calm, fill that IP's share of half-open handshakes before the flood turns
+/// it strict. A player from that IP who echoes the cookie must not wait behind them until
+/// they time out: the unproven records give way (`make attack`'s ocr2-players-ip row lost
+/// 10 of 18 players for 7 s).
+#[test]
+fn spoofed_records_from_a_players_ip_give_way_to_the_player() {
+    let (mut ep, mut now, addr) = server(EndpointConfig::default());
+    let players_ip = client(0).ip();
+    for port in 0..200u16 {
+        let ocr2 = OpenConnectionRequest2 {
+            cookie: None,
+            client_challenge: None,
+            server_address: addr,
+            mtu: 1400,
+            client_guid: 7_000_000 + u64::from(port),
+        };
+        ep.handle(
+            now,
+            SocketAddr::new(players_ip, 50_000 + port),
+            ocr2.to_vec().into(),
+        );
+    }
+    assert_eq!(
+        ep.stats().half_open,
+        64,
+        "the IP's share is full: {:?}",
+        ep.stats()
+    );
+    // Others keep the pressure on: the server is strict.
+    flood(&mut ep, now, addr, 300, 0);
+    now += Duration::from_millis(10);
+    ep.handle_timeout(now);
+    assert!(ep.stats().strict);
+    // The player, from that IP, with the cookie: connected at once.
+    let player = SocketAddr::new(players_ip, 40_000);
+    assert_eq!(
+        scripted(&mut ep, now, addr, player, Quirks::default()).map(|m| m.len()),
+        Ok(1)
+    );
+}
+
 #[test]
 fn cookies_always_and_never_stay_as_they_were() {
     let (mut ep, now, addr) = server(EndpointConfig {

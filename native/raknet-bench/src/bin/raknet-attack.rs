@@ -74,6 +74,13 @@ const NAK_BAIT_COUNT: usize = 8;
 const PLAYERS_IP_PORTS: usize = 200;
 /// Echo message ID used by every client of this tool.
 const ECHO_ID: u8 = 0x86;
+/// The legitimate clients' echo messages, in bytes: split in four at MTU 1492, so that every
+/// row also shows whether players' split messages get through.
+const ECHO_SIZE: usize = 5_000;
+/// Connections the gap-hold attack opens from its one address.
+const GAP_HOLD_CONNS: usize = 34;
+/// The one-byte reliable-ordered frames one gap-hold datagram carries.
+const GAP_HOLD_FRAMES: usize = 120;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attack {
@@ -90,9 +97,11 @@ enum Attack {
     Nak,
     FarAhead,
     Repeat09,
+    GapHold,
+    GuidTakeover,
 }
 
-const ALL_ATTACKS: [Attack; 13] = [
+const ALL_ATTACKS: [Attack; 15] = [
     Attack::Baseline,
     Attack::Ocr2,
     Attack::Ocr2PlayersIp,
@@ -106,6 +115,8 @@ const ALL_ATTACKS: [Attack; 13] = [
     Attack::Nak,
     Attack::FarAhead,
     Attack::Repeat09,
+    Attack::GapHold,
+    Attack::GuidTakeover,
 ];
 
 impl Attack {
@@ -124,6 +135,8 @@ impl Attack {
             Attack::Nak => "nak",
             Attack::FarAhead => "far-ahead",
             Attack::Repeat09 => "repeat-09",
+            Attack::GapHold => "gap-hold",
+            Attack::GuidTakeover => "guid-takeover",
         }
     }
 
@@ -137,6 +150,7 @@ impl Attack {
                 | Attack::Handshake
                 | Attack::Slowloris
                 | Attack::SlowlorisNoAck
+                | Attack::GapHold
         )
     }
 
@@ -531,6 +545,8 @@ struct Log {
     probes: Vec<ProbeRec>,
     echoes: Vec<EchoRec>,
     steady_connected: bool,
+    /// The GUID of the long-lived client's current connection (the takeover's target).
+    steady_guid: Option<u64>,
 }
 
 type SharedLog = Arc<Mutex<Log>>;
@@ -612,6 +628,8 @@ impl Client {
     fn send_echo(&mut self, seq: u64) -> bool {
         let mut payload = vec![ECHO_ID];
         payload.extend_from_slice(&seq.to_be_bytes());
+        // A player's message larger than one datagram: split, as a Bedrock login is.
+        payload.resize(ECHO_SIZE, 0x55);
         let opts = SendOptions {
             reliability: Reliability::ReliableOrdered,
             channel: 0,
@@ -743,6 +761,7 @@ async fn steady(server: SocketAddr, log: SharedLog, stop: Arc<AtomicBool>, hard_
                 t += STEADY_INTERVAL;
             }
             l.steady_connected = connected && !failed;
+            l.steady_guid = Some(c.ep.guid());
         });
         outage_since = now;
         if !connected || failed {
@@ -1620,6 +1639,109 @@ async fn repeat_09(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<Str
     ))
 }
 
+/// From one address, [`GAP_HOLD_CONNS`] connections each pile one-byte reliable-ordered
+/// messages behind ordering index 0 of all 32 channels, which never comes: every message is
+/// held for ordering, counted at 129 bytes. Before fair shares this took the whole receive
+/// budget, and no player's split message got through.
+async fn gap_hold(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
+    let mut rng = Rng(seed());
+    let ip = Ipv4Addr::new(127, 4, 0, 6);
+    let mut conns = Vec::new();
+    let mut refusals = 0u32;
+    // The per-address connection rate lets 20 through at once, then 20 a second.
+    while conns.len() < GAP_HOLD_CONNS && Instant::now() < end {
+        match raw_connect(ip, ctx.server, 11, 1492, rng.next(), ctx.epoch, traffic).await {
+            Ok(c) => conns.push((c, [1u32; 32])),
+            Err(_) => {
+                refusals += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    if conns.is_empty() {
+        return Err(format!("no connection from {ip} ({refusals} refused)"));
+    }
+    let mut buf = vec![0u8; 2048];
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut frames_sent = 0u64;
+    while Instant::now() < end {
+        let due = due(start, Instant::now(), ctx.rate / 4.0, 10_000_000);
+        let n = conns.len();
+        while sent < due {
+            let (c, order) = &mut conns[sent as usize % n];
+            if !c.closed {
+                let frames: Vec<Frame> = (0..GAP_HOLD_FRAMES)
+                    .map(|i| {
+                        let channel = (sent as usize + i) % 32;
+                        let mut f =
+                            Frame::new(Reliability::ReliableOrdered, Bytes::from_static(&[0x86]));
+                        f.message_index = MessageIndex::new(c.next_ri & 0xff_ffff);
+                        c.next_ri += 1;
+                        f.order_index = OrderIndex::new(order[channel] & 0xff_ffff);
+                        f.order_channel = channel as u8;
+                        order[channel] += 1;
+                        f
+                    })
+                    .collect();
+                let d = c.datagram(&frames);
+                c.send(&d, traffic).await;
+                frames_sent += GAP_HOLD_FRAMES as u64;
+            }
+            sent += 1;
+        }
+        // Answer the server's pings and data, as a live peer does.
+        for (c, _) in &mut conns {
+            c.pump(Instant::now(), traffic, &mut buf).await;
+            if let Some(a) = c.take_ack() {
+                c.send(&a, traffic).await;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    let now = Instant::now();
+    let deaf = conns
+        .iter()
+        .filter(|(c, _)| c.last_ack.is_none_or(|t| now - t > Duration::from_secs(2)))
+        .count();
+    Ok(format!(
+        "{} connections from {ip} ({refusals} refused at first), {frames_sent} one-byte \
+         messages behind never-filled gaps; {deaf} no longer acknowledged at the end",
+        conns.len()
+    ))
+}
+
+/// A second client, from another address, presents the long-lived client's GUID again and
+/// again: the server must answer 0x12 (already connected) and leave the player alone.
+async fn guid_takeover(
+    ctx: &Ctx,
+    end: Instant,
+    traffic: &Rc<Traffic>,
+    log: &SharedLog,
+) -> Result<String, String> {
+    let Some(guid) = with_log(log, |l| l.steady_guid) else {
+        return Err("the long-lived client never connected".into());
+    };
+    let (mut taken, mut refused, mut other) = (0u32, 0u32, 0u32);
+    let mut port_ip = 0u8;
+    while Instant::now() < end {
+        port_ip = port_ip.wrapping_add(1).max(1);
+        let ip = Ipv4Addr::new(127, 4, 1, port_ip);
+        match raw_connect(ip, ctx.server, 11, 1492, guid, ctx.epoch, traffic).await {
+            Ok(_) => taken += 1,
+            Err(e) if e.contains("0x12") => refused += 1,
+            Err(_) => other += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(format!(
+        "player's GUID presented {} times from other addresses: {refused} told 0x12, \
+         {other} other refusals, {taken} {}",
+        taken + refused + other,
+        if taken == 0 { "taken" } else { "TAKEN" }
+    ))
+}
+
 // ---------------------------------------------------------------------------------------
 // Measurement around each attack
 
@@ -1717,6 +1839,8 @@ async fn run_attack(
         Attack::Nak => nak_attack(ctx, end, &traffic).await,
         Attack::FarAhead => far_ahead(ctx, end, &traffic).await,
         Attack::Repeat09 => repeat_09(ctx, end, &traffic).await,
+        Attack::GapHold => gap_hold(ctx, end, &traffic).await,
+        Attack::GuidTakeover => guid_takeover(ctx, end, &traffic, log).await,
     };
     let mut note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
     if traffic.send_errors.get() > 0 {
