@@ -11,6 +11,7 @@
 #                 clients saw, server CPU and RSS (ATTACK_ARGS passes options to raknet-attack)
 #   make fuzz     run every cargo-fuzz target for FUZZ_SECONDS each (default 60)
 #   make venv     Python venv with official RakNet (PyPI `raknet`), for interop tests
+#   make npm      third-party RakNet clients from npm (jsp-raknet) in _build/npm, for interop tests
 #   make clean    remove build output (Mix and cargo)
 
 SHELL := /bin/bash
@@ -28,8 +29,10 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 PY_RAKNET := raknet==0.3.0
 VENV := .venv
+NPM_PEERS := jsp-raknet@2.2.0
+NPM_DIR := _build/npm
 
-.PHONY: deps build test lint server bench attack fuzz venv clean
+.PHONY: deps build test lint server bench attack fuzz venv npm clean
 
 deps:
 	@if ! command -v $(MIX) >/dev/null 2>&1; then \
@@ -58,7 +61,7 @@ deps:
 build: deps
 	$(MIX) compile </dev/null
 
-test: deps venv
+test: deps venv npm
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo test --workspace
@@ -129,6 +132,17 @@ venv:
 		python3 -m venv $(VENV); \
 		$(VENV)/bin/pip install --quiet $(PY_RAKNET); \
 		$(VENV)/bin/python -c 'import raknet'; \
+	fi
+
+npm:
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+		echo "==> installing nodejs and npm from apt"; \
+		$(SUDO) apt-get update && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y nodejs npm; \
+	fi
+	@if [ ! -f $(NPM_DIR)/node_modules/jsp-raknet/package.json ]; then \
+		mkdir -p $(NPM_DIR); \
+		npm install --prefix $(NPM_DIR) --no-audit --no-fund --loglevel=error $(NPM_PEERS); \
 	fi
 
 clean:

@@ -66,9 +66,11 @@ defprotocol RakNet.Client do
     * `disconnect(client, reason)` - called *instead of* `disconnect/1` in step 4, with the
       reason: `:peer_closed`, `:timeout`, `:local_close`, `:shutdown`, `:overloaded`,
       `:endpoint_down` (the socket's thread failed), `{:limit_exceeded, :split_parts |
-      :message_bytes | :message_rate | :stalled}` (`:stalled`: a gap in the peer's reliable
-      data, a message it never resent, stayed open for the timeout with data held behind
-      it) or `{:protocol_violation, text}`.
+      :message_bytes | :message_rate | :stalled | :send_backlog}` (`:stalled`: a gap in the
+      peer's reliable data, a message it never resent, stayed open for the timeout with
+      data held behind it; `:send_backlog`: the peer stopped reading, acknowledging less
+      than an eighth of its backlog in a timeout with more than its share of
+      `:max_send_bytes` waiting) or `{:protocol_violation, text}`.
     * `handle_info(client, message)` - any other message the connection process receives
       (from your own processes: `send(connection_pid, ...)`); it returns
       `{:noreply, new_client}`, and unlike `receive/4`'s the new state is kept. This is how

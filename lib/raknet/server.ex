@@ -227,31 +227,33 @@ defmodule RakNet.Server do
   end
 
   @doc """
-  Bans an IP address (a tuple or a string) for `duration_ms` milliseconds, or `:infinity`:
-  its connection attempts are refused with "connection banned" and everything else it sends
-  is dropped and counted (`banned` in `info/1`), and its current connections are closed.
-  Banning again replaces the duration. An IPv6 address bans its /64, the network one
+  Bans an IP address or a network for `duration_ms` milliseconds, or `:infinity`: its
+  connection attempts are refused with "connection banned" and everything else it sends is
+  dropped and counted (`banned` in `info/1`), and its current connections are closed.
+  Banning again replaces the duration.
+
+  An address is a tuple or a string. An IPv6 address bans its /64, the network one
   subscriber gets (a host has 2^64 addresses to move to), as every per-IP limit counts IPv6
-  addresses; `banned/1` lists the network's first address.
+  addresses. A network is `{address, prefix_length}` or a string `"address/prefix_length"`:
+  a provider's IPv6 /48 or /56 (a free tunnel broker hands out a /48: 65,536 /64s), an IPv4
+  /24. An IPv6 prefix longer than 64 bits bans its /64.
 
       :ok = RakNet.Server.ban(server, {203, 0, 113, 7}, 60_000)
       :ok = RakNet.Server.ban(server, "2001:db8::1")
+      :ok = RakNet.Server.ban(server, "2001:db8:42::/48")
+      :ok = RakNet.Server.ban(server, {{198, 51, 100, 0}, 24}, 600_000)
   """
-  @spec ban(Supervisor.supervisor(), :inet.ip_address() | String.t(), timeout()) ::
-          :ok | {:error, :einval}
-  def ban(server, ip, duration_ms \\ :infinity)
+  @spec ban(Supervisor.supervisor(), ban_target(), timeout()) :: :ok | {:error, :einval}
+  def ban(server, target, duration_ms \\ :infinity)
       when duration_ms == :infinity or (is_integer(duration_ms) and duration_ms > 0) do
-    with {:ok, ip} <- ip_address(ip) do
+    with {:ok, ip, len} <- ban_target(target) do
       # Beyond what the runtime takes (u64 ms) is as good as forever.
       duration = if duration_ms == :infinity, do: nil, else: min(duration_ms, @max_u64)
-      text = ip |> :inet.ntoa() |> to_string()
 
-      case GenServer.call(listener(server), {:ban, text, duration}) do
+      case GenServer.call(listener(server), {:ban, ban_text(ip, len), duration}) do
         :ok ->
-          network = network(ip)
-
           for %{address: {address, _}, pid: pid} <- connections(server),
-              network(address) == network,
+              in_network?(address, ip, len),
               do: RakNet.Connection.close(pid)
 
           :ok
@@ -262,33 +264,91 @@ defmodule RakNet.Server do
     end
   end
 
-  # What a ban covers: an IPv4 address (also written IPv4-mapped), or an IPv6 address's /64,
-  # as the runtime's bans count them.
-  defp network({0, 0, 0, 0, 0, 0xFFFF, ab, cd}),
+  @typedoc "What `ban/3` and `unban/2` take: an address, or a network and its prefix length."
+  @type ban_target ::
+          :inet.ip_address()
+          | String.t()
+          | {:inet.ip_address() | String.t(), 0..128}
+
+  @doc false
+  # The address and prefix length (nil: the host's) of what `ban/3` takes.
+  def ban_target({ip, len}) when is_integer(len) and len >= 0 do
+    with {:ok, ip} <- ip_address(ip),
+         true <- len <= if(tuple_size(ip) == 4, do: 32, else: 128) do
+      {:ok, ip, len}
+    else
+      _ -> {:error, :einval}
+    end
+  end
+
+  def ban_target(text) when is_binary(text) do
+    case String.split(text, "/") do
+      [ip] ->
+        with {:ok, ip} <- ip_address(ip), do: {:ok, ip, nil}
+
+      [ip, len] ->
+        case Integer.parse(len) do
+          {len, ""} -> ban_target({ip, len})
+          _ -> {:error, :einval}
+        end
+
+      _ ->
+        {:error, :einval}
+    end
+  end
+
+  def ban_target(ip), do: with({:ok, ip} <- ip_address(ip), do: {:ok, ip, nil})
+
+  defp ban_text(ip, nil), do: ip |> :inet.ntoa() |> to_string()
+  defp ban_text(ip, len), do: ban_text(ip, nil) <> "/#{len}"
+
+  # Whether `address` is in what a ban of `ip` (with prefix `len`, nil for the host's)
+  # covers: an IPv4 address (also written IPv4-mapped), an IPv6 network of at most 64 bits.
+  defp in_network?(address, ip, len) do
+    {address, ip} = {unmap(address), unmap(ip)}
+    bits = if tuple_size(ip) == 4, do: 32, else: 64
+    len = min(len || bits, bits)
+
+    tuple_size(address) == tuple_size(ip) and
+      prefix_bits(address, len) == prefix_bits(ip, len)
+  end
+
+  defp unmap({0, 0, 0, 0, 0, 0xFFFF, ab, cd}),
     do: {div(ab, 256), rem(ab, 256), div(cd, 256), rem(cd, 256)}
 
-  defp network({a, b, c, d, _, _, _, _}), do: {a, b, c, d}
-  defp network(ip), do: ip
+  defp unmap(ip), do: ip
+
+  defp prefix_bits(ip, len) do
+    size = if tuple_size(ip) == 4, do: 8, else: 16
+    bits = for part <- Tuple.to_list(ip), into: <<>>, do: <<part::size(size)>>
+    <<prefix::bitstring-size(len), _::bitstring>> = bits
+    prefix
+  end
 
   @doc """
-  Lifts a ban (of the address's /64 for IPv6); unbanning an address that is not banned is
-  `:ok`.
+  Lifts a ban of `ban/3`, given as it was banned (an address, whose /64 for IPv6, or a
+  network); unbanning what is not banned is `:ok`.
 
       :ok = RakNet.Server.unban(server, {203, 0, 113, 7})
+      :ok = RakNet.Server.unban(server, "2001:db8:42::/48")
   """
-  @spec unban(Supervisor.supervisor(), :inet.ip_address() | String.t()) :: :ok | {:error, :einval}
-  def unban(server, ip) do
-    with {:ok, ip} <- ip_address(ip) do
-      GenServer.call(listener(server), {:unban, ip |> :inet.ntoa() |> to_string()})
+  @spec unban(Supervisor.supervisor(), ban_target()) :: :ok | {:error, :einval}
+  def unban(server, target) do
+    with {:ok, ip, len} <- ban_target(target) do
+      GenServer.call(listener(server), {:unban, ban_text(ip, len)})
     end
   end
 
   @doc """
-  The banned addresses, with the milliseconds left (or `:infinity`).
+  The bans, with the milliseconds left (or `:infinity`): an address (an IPv6 /64 as its
+  first address) for a ban of an address, `{network, prefix_length}` for a network's.
 
-      [{{203, 0, 113, 7}, 59_874}] = RakNet.Server.banned(server)
+      [{{203, 0, 113, 7}, 59_874}, {{{8193, 3512, 66, 0, 0, 0, 0, 0}, 48}, :infinity}] =
+        RakNet.Server.banned(server)
   """
-  @spec banned(Supervisor.supervisor()) :: [{:inet.ip_address(), non_neg_integer() | :infinity}]
+  @spec banned(Supervisor.supervisor()) :: [
+          {:inet.ip_address() | {:inet.ip_address(), 0..128}, non_neg_integer() | :infinity}
+        ]
   def banned(server), do: GenServer.call(listener(server), :banned)
 
   defp ip_address(ip) do
@@ -592,6 +652,13 @@ defmodule RakNet.Server.Listener do
   end
 
   defp ban_key(text) do
+    case String.split(text, "/") do
+      [ip, len] -> {ban_key(ip), len}
+      _ -> host_ban_key(text)
+    end
+  end
+
+  defp host_ban_key(text) do
     case :inet.parse_address(to_charlist(text)) do
       {:ok, {0, 0, 0, 0, 0, 0xFFFF, ab, cd}} ->
         {div(ab, 256), rem(ab, 256), div(cd, 256), rem(cd, 256)}
@@ -744,9 +811,12 @@ defmodule RakNet.Server.Listener do
           {:error, _} -> []
         end
       end)
-      |> Enum.flat_map(fn {ip, left} ->
-        case :inet.parse_address(to_charlist(ip)) do
-          {:ok, ip} -> [{ip, if(left, do: left, else: :infinity)}]
+      |> Enum.flat_map(fn {text, left} ->
+        left = if left, do: left, else: :infinity
+
+        case RakNet.Server.ban_target(text) do
+          {:ok, ip, nil} -> [{ip, left}]
+          {:ok, ip, len} -> [{{ip, len}, left}]
           {:error, _} -> []
         end
       end)

@@ -202,6 +202,39 @@ defmodule RakNet.HostileTest do
     assert {:ok, _} = RakNet.connect("::1", port6)
   end
 
+  test "a network ban (an IPv4 /8, an IPv6 /48) refuses and closes every address in it" do
+    {server, _} =
+      start_server(ip: {127, 0, 0, 1}, open_ipv6_socket: true, ipv6_ip: {0, 0, 0, 0, 0, 0, 0, 1})
+
+    %{ipv4_port: port, ipv6_port: port6} = RakNet.Server.info(server)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+    {:ok, conn6} = RakNet.connect("::1", port6)
+    assert_receive {:client_new, _}, 5_000
+
+    assert :ok = RakNet.Server.ban(server, "127.200.0.0/8")
+    assert_receive {:raknet_disconnect, ^conn, :peer_closed}, 5_000
+    assert :ok = RakNet.Server.ban(server, {{0, 0, 0, 0xFFFF, 0, 0, 0, 9}, 48}, 60_000)
+    assert_receive {:raknet_disconnect, ^conn6, :peer_closed}, 5_000
+
+    assert [{{{127, 0, 0, 0}, 8}, :infinity}, {{{0, 0, 0, 0, 0, 0, 0, 0}, 48}, left}] =
+             Enum.sort(RakNet.Server.banned(server))
+
+    assert left in 1..60_000
+    assert RakNet.connect("127.0.0.1", port, timeout: 3_000) == {:error, :banned}
+    assert RakNet.connect("::1", port6, timeout: 3_000) == {:error, :banned}
+
+    assert :ok = RakNet.Server.unban(server, "127.0.0.0/8")
+    assert :ok = RakNet.Server.unban(server, {"::", 48})
+    assert RakNet.Server.banned(server) == []
+    assert {:ok, _} = RakNet.connect("127.0.0.1", port)
+    assert {:ok, _} = RakNet.connect("::1", port6)
+
+    for bad <- ["127.0.0.1/33", {{127, 0, 0, 1}, 40}, "::/129", "::1/x", "1.2.3.4/8/9"] do
+      assert RakNet.Server.ban(server, bad) == {:error, :einval}, inspect(bad)
+    end
+  end
+
   @tag :capture_log
   test "a MOTD whose pong would exceed :pong_amplification is refused by clients' pings, with a warning" do
     long = String.duplicate("x", 150)

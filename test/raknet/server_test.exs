@@ -309,6 +309,30 @@ defmodule RakNet.ServerTest do
     assert System.monotonic_time(:millisecond) - killed_at >= 5_000
   end
 
+  @tag :interop
+  @tag timeout: 30_000
+  test "a peer that stops reading fills the open half of :max_send_bytes, not more" do
+    # 1 MiB for 4 connections: each is guaranteed 128 KiB, and 512 KiB is open beyond shares.
+    {_server, %{ipv4_port: port}} =
+      start_server(module: ReasonClient, max_send_bytes: 1_048_576, max_connections: 4)
+
+    peer = RakNet.Test.Official.start_hanging_client(port)
+    assert_receive {:reason_new, server_side}, 5_000
+    RakNet.Test.Official.kill(peer)
+
+    # 1 KB reliable messages to a peer that acknowledges nothing, until refused.
+    sent =
+      Enum.reduce_while(1..2_000, 0, fn _, n ->
+        case Connection.send(server_side, :reliable_ordered, :binary.copy(<<0x86>>, 1_000)) do
+          {:ok, _} -> {:cont, n + 1}
+          {:error, :over_budget} -> {:halt, n}
+        end
+      end)
+
+    # Each counts 1,128 bytes (payload and bookkeeping): about 512 KiB's worth.
+    assert sent in 400..470
+  end
+
   test "an owner's death closes its connection" do
     {_server, %{ipv4_port: port}} = start_server()
     test = self()
@@ -726,6 +750,7 @@ defmodule RakNet.ServerTest do
                  :max_pending_deliveries,
                  :max_pending_bytes,
                  :max_buffered_bytes,
+                 :max_send_bytes,
                  :max_message_bytes,
                  :max_messages_per_sec,
                  :handshake_timeout_ms,

@@ -92,8 +92,11 @@ defmodule RakNet.Server.Config do
     * `:max_half_open_per_ip` - of those, from one IP address (IPv6: one /64). Beyond it a
       cookie-proven request waits; with `use_cookies: false` a new handshake takes the place
       of that address's oldest (spoofed or not, they look the same). Default `64`.
-    * `:max_connections_per_ip` - connections one IP address may hold (players behind one
-      NAT share one); beyond it clients get "no free incoming connections". Default `128`.
+    * `:max_connections_per_ip` - connections one IP address (IPv6: one /64) may hold
+      (players behind one NAT share one); beyond it clients get "no free incoming
+      connections". A provider's wider networks have growing caps: an IPv6 /56 twice this,
+      a /48 (what a free tunnel broker hands anyone: 65,536 /64s) four times, an IPv4 /24
+      four times. Default `128`.
     * `:new_connections_per_ip_per_sec` - handshakes one IP address may start per second
       (with a burst of as many); beyond it clients get "IP recently connected". A handshake
       counts once its address is proven (at its first request with a cookie; at its last
@@ -133,6 +136,14 @@ defmodule RakNet.Server.Config do
       `RakNet.Server.info/1`. Default `536_870_912` (512 MiB); at least 1 MiB.
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
+    * `:max_send_bytes` - the most bytes the server holds queued or unacknowledged for
+      sending, for all the connections of a socket together (each connection also has its
+      own 64 MiB bound): what players who stop reading can make it hold. Shared as
+      `:max_buffered_bytes` is: each connection is guaranteed
+      `max_send_bytes / 2 / max_connections` (512 KiB with the defaults), only the other half
+      is open beyond shares, and a send beyond gets `{:error, :queue_full}`. Counted as
+      `send_backlog_bytes` in `RakNet.Server.info/1`. Default `1_073_741_824` (1 GiB); at
+      least 1 MiB.
     * `:max_messages_per_sec` - the most messages a second a peer may send, sustained (bursts
       of up to twice that pass), counted as they arrive: a peer over it is disconnected, its
       handler's disconnect callback told `{:limit_exceeded, :message_rate}` after the
@@ -221,6 +232,7 @@ defmodule RakNet.Server.Config do
           | {:max_pending_deliveries, pos_integer()}
           | {:max_pending_bytes, pos_integer()}
           | {:max_buffered_bytes, pos_integer()}
+          | {:max_send_bytes, pos_integer()}
           | {:max_message_bytes, pos_integer()}
           | {:max_messages_per_sec, pos_integer() | nil}
           | {:telemetry_interval_ms, pos_integer() | nil}
@@ -266,6 +278,7 @@ defmodule RakNet.Server.Config do
             max_pending_deliveries: 10_000,
             max_pending_bytes: 4_194_304,
             max_buffered_bytes: 536_870_912,
+            max_send_bytes: 1_073_741_824,
             max_message_bytes: 33_554_432,
             max_messages_per_sec: 1_000,
             telemetry_interval_ms: 1_000,
@@ -359,6 +372,7 @@ defmodule RakNet.Server.Config do
     max_pending_deliveries: {16, ""},
     max_pending_bytes: {65_536, " (bytes)"},
     max_buffered_bytes: {1_048_576, " (bytes)"},
+    max_send_bytes: {1_048_576, " (bytes)"},
     max_message_bytes: {1_024, " (bytes)"}
   }
 
@@ -661,6 +675,7 @@ defmodule RakNet.Server.Config do
       max_pending_deliveries: c.max_pending_deliveries,
       max_pending_bytes: c.max_pending_bytes,
       max_buffered_bytes: c.max_buffered_bytes,
+      max_send_bytes: c.max_send_bytes,
       max_message_bytes: c.max_message_bytes,
       max_messages_per_sec: c.max_messages_per_sec,
       congestion_control: c.congestion_control,

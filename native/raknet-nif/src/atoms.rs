@@ -85,6 +85,7 @@ rustler::atoms! {
     split_parts,
     message_bytes,
     stalled,
+    send_backlog,
     message_rate,
     protocol_violation,
     incompatible_protocol,

@@ -127,12 +127,17 @@ pub(crate) enum Command {
         key: Option<u64>,
         reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
     },
-    /// Ban an IP for a while (`None`: until unbanned).
+    /// Ban an IP, or the network of its first `prefix` bits, for a while (`None`: until
+    /// unbanned).
     Ban {
         ip: IpAddr,
+        prefix: Option<u8>,
         duration: Option<Duration>,
     },
-    Unban(IpAddr),
+    Unban {
+        ip: IpAddr,
+        prefix: Option<u8>,
+    },
     /// Answer with the list of bans, built in the given env (for the dirty NIF).
     Banned {
         reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,

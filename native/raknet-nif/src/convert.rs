@@ -203,6 +203,8 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             // Optional: the engine's default unless given.
             max_endpoint_buffered_bytes: get::<usize>(map, "max_buffered_bytes")
                 .unwrap_or(Limits::default().max_endpoint_buffered_bytes),
+            max_endpoint_send_bytes: get::<usize>(map, "max_send_bytes")
+                .unwrap_or(Limits::default().max_endpoint_send_bytes),
             max_message_bytes: get::<usize>(map, "max_message_bytes")
                 .unwrap_or(Limits::default().max_message_bytes),
             // Tests only: fewer frames in flight towards a peer with a small receive buffer
@@ -330,6 +332,9 @@ pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
             DisconnectReason::LimitExceeded(Limit::Stalled) => {
                 (atoms::limit_exceeded(), atoms::stalled()).encode(env)
             }
+            DisconnectReason::LimitExceeded(Limit::SendBacklog) => {
+                (atoms::limit_exceeded(), atoms::send_backlog()).encode(env)
+            }
             DisconnectReason::ProtocolViolation(text) => {
                 (atoms::protocol_violation(), *text).encode(env)
             }
@@ -443,6 +448,7 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("held_bytes", s.held_bytes as u64),
         ("splits_expired", s.splits_expired),
         ("stalled_gaps", s.stalled_gaps),
+        ("send_stalled", s.send_stalled),
         ("pongs_dropped", s.pongs_dropped),
         ("backoff", s.backoff as u64),
         ("deliveries_dropped", dropped),

@@ -820,16 +820,26 @@ impl Driver {
                 std::panic::resume_unwind(Box::new("fault injected by endpoint_inject_fault"))
             }
             Command::InjectPanic => {}
-            Command::Ban { ip, duration } => self.endpoint.ban(now, ip, duration),
-            Command::Unban(ip) => self.endpoint.unban(ip),
+            Command::Ban {
+                ip,
+                prefix,
+                duration,
+            } => self.endpoint.ban_prefix(now, ip, prefix, duration),
+            Command::Unban { ip, prefix } => self.endpoint.unban_prefix(ip, prefix),
             Command::Banned { reply } => {
                 let env = OwnedEnv::new();
                 let bans = self.endpoint.banned(now);
                 let saved = env.save(env.run(|env| {
                     bans.iter()
-                        .map(|(ip, left)| {
+                        .map(|(ip, len, left)| {
                             let left = left.map(|d| d.as_millis() as u64);
-                            (ip.to_string(), left).encode(env)
+                            // A host's ban as its address; a network's as `address/len`.
+                            let net = if *len == raknet_proto::host_prefix_len(*ip) {
+                                ip.to_string()
+                            } else {
+                                format!("{ip}/{len}")
+                            };
+                            (net, left).encode(env)
                         })
                         .collect::<Vec<_>>()
                         .encode(env)
@@ -869,8 +879,10 @@ impl Driver {
                     ("malformed", s.malformed),
                     ("offline_queue_full", s.offline_queue_full),
                     ("buffered_bytes", s.buffered_bytes as u64),
+                    ("send_backlog_bytes", s.send_backlog_bytes as u64),
                     ("half_open", s.half_open as u64),
                     ("half_open_reserved", s.half_open_reserved as u64),
+                    ("reservations_lapsed", s.reservations_lapsed),
                     ("half_open_evicted", s.half_open_evicted),
                     ("half_open_per_ip_full", s.half_open_per_ip_full),
                     ("refused_ip_connections", s.refused_ip_connections),

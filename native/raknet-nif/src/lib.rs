@@ -349,7 +349,8 @@ fn start_endpoints<'a>(
             guid: endpoint.guid(),
             dual_stack: options.dual_stack,
             buffers,
-            max_send_bytes: endpoint.config().limits.max_send_queue_bytes,
+            send_budget: endpoint.config().limits.send_budget(),
+            group: group.clone(),
             max_message_bytes: endpoint.config().limits.max_message_bytes,
             budget: options.budget,
             fault_injection: options.fault_injection,
@@ -440,9 +441,19 @@ fn endpoint_set_offline_ping_response<'a>(
     atoms::ok().encode(env)
 }
 
-/// Parse an IP literal (no names: bans are by address).
-fn parse_ip(ip: &str) -> Result<IpAddr, Atom> {
-    ip.parse().map_err(|_| atoms::einval())
+/// Parse an IP literal, or a network as `address/prefix-length` (no names: bans are by
+/// address).
+fn parse_ip(ip: &str) -> Result<(IpAddr, Option<u8>), Atom> {
+    let (addr, len) = match ip.split_once('/') {
+        Some((addr, len)) => (addr, Some(len.parse::<u8>().map_err(|_| atoms::einval())?)),
+        None => (ip, None),
+    };
+    let addr: IpAddr = addr.parse().map_err(|_| atoms::einval())?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    if len.is_some_and(|l| l > max) {
+        return Err(atoms::einval());
+    }
+    Ok((addr, len))
 }
 
 #[rustler::nif]
@@ -452,12 +463,16 @@ fn endpoint_ban<'a>(
     ip: String,
     duration_ms: Option<u64>,
 ) -> Term<'a> {
-    let ip = match parse_ip(&ip) {
+    let (ip, prefix) = match parse_ip(&ip) {
         Ok(ip) => ip,
         Err(e) => return error(env, e),
     };
     let duration = duration_ms.map(Duration::from_millis);
-    match endpoint.tx.send(Command::Ban { ip, duration }) {
+    match endpoint.tx.send(Command::Ban {
+        ip,
+        prefix,
+        duration,
+    }) {
         Ok(()) => atoms::ok().encode(env),
         Err(_) => error(env, atoms::closed()),
     }
@@ -469,11 +484,11 @@ fn endpoint_unban<'a>(
     endpoint: ResourceArc<EndpointResource>,
     ip: String,
 ) -> Term<'a> {
-    let ip = match parse_ip(&ip) {
+    let (ip, prefix) = match parse_ip(&ip) {
         Ok(ip) => ip,
         Err(e) => return error(env, e),
     };
-    match endpoint.tx.send(Command::Unban(ip)) {
+    match endpoint.tx.send(Command::Unban { ip, prefix }) {
         Ok(()) => atoms::ok().encode(env),
         Err(_) => error(env, atoms::closed()),
     }
@@ -695,7 +710,7 @@ fn send_message<'a>(
     // Pending bytes first, with Acquire: see `Driver::settle`.
     let queued = conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
     let cost = send_cost(len);
-    if queued + cost > conn.max_send_bytes {
+    if !conn.fits(queued + cost) {
         return error(env, atoms::over_budget());
     }
     let receipt = reliability.has_receipt().then(|| conn.receipt_id());
@@ -766,7 +781,7 @@ fn broadcast<'a>(
         let backlog =
             conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
         let cost = send_cost(len);
-        if backlog + cost > conn.max_send_bytes {
+        if !conn.fits(backlog + cost) {
             continue;
         }
         conn.pending_bytes.fetch_add(cost, Ordering::Relaxed);

@@ -6,9 +6,10 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::command::{Command, CommandTx};
+use raknet_proto::{EndpointGroup, SendBudget};
 use rustler::{Env, LocalPid, Monitor, Resource};
 
 /// How far a flow-controlled owner may fall behind: messages sent to its mailbox and not
@@ -54,8 +55,10 @@ pub(crate) struct EndpointResource {
     /// Socket buffer sizes the kernel actually granted (it caps requests at
     /// net.core.rmem_max / wmem_max).
     pub(crate) buffers: (usize, usize),
-    /// The engine's limits that `conn_send` checks before enqueueing.
-    pub(crate) max_send_bytes: usize,
+    /// The engine's limits that `conn_send` checks before enqueueing, and the group whose
+    /// send backlog the budget shares.
+    pub(crate) send_budget: SendBudget,
+    pub(crate) group: Arc<EndpointGroup>,
     pub(crate) max_message_bytes: usize,
     pub(crate) budget: DeliveryBudget,
     /// Whether `endpoint_inject_fault` may crash this endpoint (tests only).
@@ -81,7 +84,8 @@ impl EndpointResource {
     pub(crate) fn new_conn(&self) -> ConnResource {
         ConnResource::new(
             self.tx.clone(),
-            self.max_send_bytes,
+            self.send_budget,
+            self.group.clone(),
             self.max_message_bytes,
             self.budget,
         )
@@ -162,7 +166,10 @@ pub(crate) struct ConnResource {
     /// Deliver this connection's messages as `{:raknet_batch, ...}` whatever the endpoint
     /// says (set at `endpoint_connect` for an owner that understands the batch form).
     pub(crate) batch_delivery: AtomicBool,
-    pub(crate) max_send_bytes: usize,
+    /// The engine's send budgets, checked by `conn_send` against this connection's
+    /// backlog and its group's (see [`SendBudget`]).
+    pub(crate) send_budget: SendBudget,
+    pub(crate) group: Arc<EndpointGroup>,
     /// The longest message a send may have: the endpoint's `max_message_bytes` until the
     /// handshake ends, then what the connection's MTU allows (the peer's fragment limit
     /// holds less at small MTUs), so that `conn_send` answers `:too_large` rather than the
@@ -174,7 +181,8 @@ pub(crate) struct ConnResource {
 impl ConnResource {
     fn new(
         tx: CommandTx,
-        max_send_bytes: usize,
+        send_budget: SendBudget,
+        group: Arc<EndpointGroup>,
         max_message_bytes: usize,
         budget: DeliveryBudget,
     ) -> Self {
@@ -192,10 +200,21 @@ impl ConnResource {
             budget,
             flow_controlled: AtomicBool::new(false),
             batch_delivery: AtomicBool::new(false),
-            max_send_bytes,
+            send_budget,
+            group,
             max_message_bytes: AtomicUsize::new(max_message_bytes),
             monitor: Mutex::new(None),
         }
+    }
+
+    /// Whether this connection may hold `mine` bytes queued or unacknowledged for sending:
+    /// its group's backlog counts this connection's as last published, `mine` instead.
+    pub(crate) fn fits(&self, mine: usize) -> bool {
+        let others = self
+            .group
+            .send_backlog()
+            .saturating_sub(self.backlog.load(Ordering::Relaxed));
+        self.send_budget.fits(mine, others + mine)
     }
 
     /// The next receipt id: counts from 1 and skips 0, like official RakNet.

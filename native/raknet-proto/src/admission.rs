@@ -253,48 +253,120 @@ impl KnownIps {
     }
 }
 
-/// Banned IPs (IPv6 by /64, see [`ip_key`]), each until a deadline (milliseconds on the
-/// endpoint clock) or forever. The operator fills it, not peers; expired bans are dropped
-/// when looked at.
+/// The network of `ip` with a prefix of `len` bits (at most 32 for IPv4, 128 for IPv6):
+/// `prefix("2001:db8:1:2::9", 48)` is `2001:db8:1::`. An IPv4-mapped IPv6 address is
+/// taken as its IPv4 address.
+pub fn prefix(ip: IpAddr, len: u8) -> IpAddr {
+    match crate::addr::unmap(std::net::SocketAddr::new(ip, 0)).ip() {
+        IpAddr::V4(v4) => {
+            let len = u32::from(len.min(32));
+            let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let len = u32::from(len.min(128));
+            let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+    }
+}
+
+/// The prefix length a ban or limit of one host takes by default: an IPv4 address, an IPv6
+/// /64 (see [`ip_key`]).
+pub fn host_prefix_len(ip: IpAddr) -> u8 {
+    match crate::addr::unmap(std::net::SocketAddr::new(ip, 0)).ip() {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 64,
+    }
+}
+
+/// Banned networks, each until a deadline (milliseconds on the endpoint clock) or forever:
+/// an IPv4 address or prefix (`/24`), an IPv6 prefix of at most 64 bits (a longer one is
+/// taken as its /64, the network one subscriber gets). The operator fills it, not peers;
+/// expired bans are dropped when looked at. A lookup masks the address once per prefix
+/// length in use.
 #[derive(Debug, Default)]
 pub(crate) struct Bans {
-    until: HashMap<IpAddr, Option<u64>>,
+    until: HashMap<(IpAddr, u8), Option<u64>>,
+    /// The prefix lengths of the bans, with how many bans each.
+    lens: std::collections::BTreeMap<u8, usize>,
 }
 
 impl Bans {
     /// Heap bytes held (see [`crate::memory`]).
     pub(crate) fn heap_bytes(&self) -> usize {
-        crate::memory::map(&self.until)
+        crate::memory::map(&self.until) + crate::memory::btree(&self.lens)
     }
 
-    pub(crate) fn ban(&mut self, ip: IpAddr, until_ms: Option<u64>) {
-        self.until.insert(ip_key(ip), until_ms);
+    /// The key of a ban of `ip`'s `len`-bit network (`None`: the host's, see
+    /// [`host_prefix_len`]).
+    fn key(ip: IpAddr, len: Option<u8>) -> (IpAddr, u8) {
+        let host = host_prefix_len(ip);
+        let len = len.unwrap_or(host).min(host);
+        (prefix(ip, len), len)
     }
 
-    pub(crate) fn unban(&mut self, ip: IpAddr) {
-        self.until.remove(&ip_key(ip));
+    pub(crate) fn ban(&mut self, ip: IpAddr, len: Option<u8>, until_ms: Option<u64>) {
+        let key = Self::key(ip, len);
+        if self.until.insert(key, until_ms).is_none() {
+            *self.lens.entry(key.1).or_default() += 1;
+        }
     }
 
-    pub(crate) fn is_banned(&mut self, ip: IpAddr, now_ms: u64) -> bool {
-        let ip = ip_key(ip);
-        match self.until.get(&ip) {
-            None => false,
-            Some(None) => true,
-            Some(Some(t)) if *t > now_ms => true,
-            Some(Some(_)) => {
-                self.until.remove(&ip);
-                false
+    pub(crate) fn unban(&mut self, ip: IpAddr, len: Option<u8>) {
+        let key = Self::key(ip, len);
+        if self.until.remove(&key).is_some() {
+            self.forget_len(key.1);
+        }
+    }
+
+    fn forget_len(&mut self, len: u8) {
+        if let Some(n) = self.lens.get_mut(&len) {
+            *n -= 1;
+            if *n == 0 {
+                self.lens.remove(&len);
             }
         }
     }
 
-    /// Every active ban with the milliseconds it has left (`None`: until lifted).
-    pub(crate) fn list(&mut self, now_ms: u64) -> Vec<(IpAddr, Option<u64>)> {
-        self.until.retain(|_, t| t.is_none_or(|t| t > now_ms));
+    pub(crate) fn is_banned(&mut self, ip: IpAddr, now_ms: u64) -> bool {
+        if self.until.is_empty() {
+            return false;
+        }
+        let host = host_prefix_len(ip);
+        let lens: Vec<u8> = self.lens.keys().copied().filter(|&l| l <= host).collect();
+        for len in lens {
+            let key = (prefix(ip, len), len);
+            match self.until.get(&key) {
+                None => {}
+                Some(None) => return true,
+                Some(Some(t)) if *t > now_ms => return true,
+                Some(Some(_)) => {
+                    self.until.remove(&key);
+                    self.forget_len(len);
+                }
+            }
+        }
+        false
+    }
+
+    /// Every active ban: the network, its prefix length and the milliseconds it has left
+    /// (`None`: until lifted).
+    pub(crate) fn list(&mut self, now_ms: u64) -> Vec<(IpAddr, u8, Option<u64>)> {
+        let expired: Vec<_> = self
+            .until
+            .iter()
+            .filter(|(_, t)| t.is_some_and(|t| t <= now_ms))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in expired {
+            self.until.remove(&key);
+            self.forget_len(key.1);
+        }
         let mut v: Vec<_> = self
             .until
             .iter()
-            .map(|(ip, t)| (*ip, t.map(|t| t - now_ms)))
+            .map(|((ip, len), t)| (*ip, *len, t.map(|t| t - now_ms)))
             .collect();
         v.sort();
         v
@@ -304,6 +376,52 @@ impl Bans {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn prefixes_mask_the_host_bits() {
+        assert_eq!(prefix(ip("2001:db8:1:2::9"), 48), ip("2001:db8:1::"));
+        assert_eq!(prefix(ip("2001:db8:1:2::9"), 56), ip("2001:db8:1::"));
+        assert_eq!(prefix(ip("2001:db8:1:2ff::9"), 56), ip("2001:db8:1:200::"));
+        assert_eq!(prefix(ip("203.0.113.77"), 24), ip("203.0.113.0"));
+        assert_eq!(prefix(ip("::ffff:203.0.113.77"), 24), ip("203.0.113.0"));
+        assert_eq!(prefix(ip("203.0.113.77"), 0), ip("0.0.0.0"));
+        assert_eq!(prefix(ip("203.0.113.77"), 40), ip("203.0.113.77"));
+    }
+
+    #[test]
+    fn bans_cover_their_prefix_and_lift_and_expire() {
+        let mut b = Bans::default();
+        b.ban(ip("2001:db8:1::"), Some(48), None);
+        b.ban(ip("203.0.113.9"), Some(24), Some(1_000));
+        b.ban(ip("198.51.100.1"), None, None);
+        b.ban(ip("2001:db8:2::1"), Some(128), None);
+        assert!(b.is_banned(ip("2001:db8:1:ffff::1"), 0));
+        assert!(!b.is_banned(ip("2001:db8:2:1::1"), 0));
+        // A prefix longer than a host's is the host's: the /64.
+        assert!(b.is_banned(ip("2001:db8:2::77"), 0));
+        assert!(b.is_banned(ip("203.0.113.200"), 999));
+        assert!(!b.is_banned(ip("203.0.114.1"), 0));
+        assert!(b.is_banned(ip("::ffff:198.51.100.1"), 0));
+        assert!(!b.is_banned(ip("198.51.100.2"), 0));
+        assert_eq!(
+            b.list(500),
+            vec![
+                (ip("198.51.100.1"), 32, None),
+                (ip("203.0.113.0"), 24, Some(500)),
+                (ip("2001:db8:1::"), 48, None),
+                (ip("2001:db8:2::"), 64, None),
+            ]
+        );
+        assert!(!b.is_banned(ip("203.0.113.200"), 1_000), "expired");
+        b.unban(ip("2001:db8:1::5"), Some(48));
+        assert!(!b.is_banned(ip("2001:db8:1::1"), 0));
+        assert_eq!(b.list(0).len(), 2);
+        assert_eq!(b.lens.len(), 2, "{:?}", b.lens);
+    }
 
     #[test]
     fn bounded_map_evicts_oldest_and_stays_bounded() {
@@ -352,7 +470,7 @@ mod tests {
         assert_eq!(ip_key(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
         // A ban of one address covers its /64; so do per-IP budgets.
         let mut b = Bans::default();
-        b.ban(ip("2001:db8:1:2::1"), None);
+        b.ban(ip("2001:db8:1:2::1"), None, None);
         assert!(b.is_banned(ip("2001:db8:1:2:ffff::7"), 0));
         assert!(!b.is_banned(ip("2001:db8:1:3::1"), 0));
         let mut r = IpRates::new(16);
@@ -365,9 +483,9 @@ mod tests {
     fn bans_expire() {
         let mut b = Bans::default();
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        b.ban(ip, Some(1000));
+        b.ban(ip, None, Some(1000));
         assert!(b.is_banned(ip, 999));
-        assert_eq!(b.list(400), vec![(ip, Some(600))]);
+        assert_eq!(b.list(400), vec![(ip, 32, Some(600))]);
         assert!(!b.is_banned(ip, 1000));
         assert!(b.list(0).is_empty());
     }

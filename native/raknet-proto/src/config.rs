@@ -52,6 +52,13 @@ pub struct Limits {
     /// [`crate::SendError::QueueFull`] beyond it. Each frame counts its payload plus
     /// [`Limits::SEND_OVERHEAD`]. Default 64 MiB.
     pub max_send_queue_bytes: usize,
+    /// The same for all the connections of an endpoint (of an [`crate::EndpointGroup`])
+    /// together: what slow readers can make the server hold. Shared as the receive budget
+    /// is: each connection is guaranteed [`Limits::send_share`] (512 KiB with the
+    /// defaults), and only the first half of the budget is open beyond shares; a send
+    /// beyond fails with [`crate::SendError::QueueFull`]. Default 1 GiB (1,024 slow readers
+    /// of 64 MiB each were 64 GiB).
+    pub max_endpoint_send_bytes: usize,
     /// Most reliable frames in flight (sent, not yet acknowledged) per connection; further
     /// reliable frames wait in the queue. Default 1024 (official 512). A
     /// [`CongestionControl::Bbr`] connection whose window holds more goes beyond it, up to
@@ -106,6 +113,48 @@ impl Limits {
     pub fn buffered_share(&self) -> usize {
         self.max_endpoint_buffered_bytes / 2 / self.max_connections.max(1)
     }
+
+    /// The send backlog each connection is guaranteed whatever the others hold: half of
+    /// [`max_endpoint_send_bytes`](Self::max_endpoint_send_bytes) divided among
+    /// [`max_connections`](Self::max_connections) (512 KiB with the defaults).
+    pub fn send_share(&self) -> usize {
+        self.max_endpoint_send_bytes / 2 / self.max_connections.max(1)
+    }
+
+    /// The send budgets, for whoever checks a send before it reaches the engine.
+    pub fn send_budget(&self) -> SendBudget {
+        SendBudget {
+            per_connection: self.max_send_queue_bytes,
+            endpoint: self.max_endpoint_send_bytes,
+            share: self.send_share(),
+        }
+    }
+}
+
+/// What a connection may hold queued or unacknowledged for sending ([`Limits::send_budget`]):
+/// the one rule the engine's `send` and a caller that checks before enqueueing (the NIF's
+/// `conn_send`, on a scheduler thread) both apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendBudget {
+    /// [`Limits::max_send_queue_bytes`].
+    pub per_connection: usize,
+    /// [`Limits::max_endpoint_send_bytes`].
+    pub endpoint: usize,
+    /// [`Limits::send_share`].
+    pub share: usize,
+}
+
+impl SendBudget {
+    /// Whether a connection may hold `mine` bytes while all of its endpoint's together hold
+    /// `total` (`mine` included): within its own budget, and within its share of the
+    /// endpoint's or the open half of it. The bytes beyond shares never pass half the
+    /// budget and the shares add up to the other half, so a connection within its share is
+    /// never refused for what the others hold.
+    pub fn fits(&self, mine: usize, total: usize) -> bool {
+        mine <= self.per_connection
+            && total <= self.endpoint
+            && (mine <= self.share || total <= self.endpoint / 2)
+    }
 }
 
 impl Default for Limits {
@@ -121,6 +170,7 @@ impl Default for Limits {
             max_ack_numbers: 8192,
             max_datagram_gap: 50_000,
             max_send_queue_bytes: 64 << 20,
+            max_endpoint_send_bytes: 1 << 30,
             max_reliable_in_flight: 1024,
             max_bbr_reliable_in_flight: 16_384,
             max_connections: 1024,
@@ -151,7 +201,9 @@ pub struct AdmissionLimits {
     /// without cookies spoofing a player's IP keeps that player out only at a full share per
     /// round trip of the player. Default 64.
     pub max_half_open_per_ip: usize,
-    /// Most connections one IP may hold; OCR2 beyond it gets 0x14. Default 128.
+    /// Most connections one IP (IPv6: one /64) may hold; OCR2 beyond it gets 0x14. Wider
+    /// networks have growing caps: an IPv6 /56 twice this, a /48 four times, an IPv4 /24
+    /// four times. Default 128.
     pub max_connections_per_ip: usize,
     /// New connections (handshakes started) per IP per second, with a burst of as many;
     /// beyond it OCR2 gets 0x1A "IP recently connected" (official's

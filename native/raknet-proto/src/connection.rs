@@ -340,6 +340,12 @@ pub(crate) struct Connection {
     paused: bool,
     /// This connection's part of the endpoint's buffered bytes.
     pub(crate) memory: MemoryShare,
+    /// This connection's part of its endpoint's send backlog
+    /// ([`crate::Limits::max_endpoint_send_bytes`]).
+    pub(crate) sending: MemoryShare,
+    /// While the send backlog is over the connection's share: since when, the backlog then,
+    /// and the bytes the peer had acknowledged then (see [`Limit::SendBacklog`]).
+    backlog_mark: Option<(Instant, usize, u64)>,
     /// Connected pongs we may still send: a peer flooding pings must not fill our queue.
     pong_bucket: TokenBucket,
     /// Datagrams left unacknowledged while paused, NAKed on resuming so that the peer sends
@@ -436,6 +442,8 @@ impl Connection {
             naks: PendingRanges::naks(),
             paused: false,
             memory: MemoryShare::default(),
+            sending: MemoryShare::default(),
+            backlog_mark: None,
             pong_bucket: TokenBucket::new(PONGS_PER_SECOND, PONG_BURST, now),
             refused_while_paused: Vec::new(),
             ack_timestamp: None,
@@ -664,11 +672,10 @@ impl Connection {
         }
         let limits = &self.config.limits;
         let frames = payload.len().div_ceil(self.max_fragment());
-        if self.queue.bytes
-            + self.flight.unacked_payload
-            + payload.len()
-            + frames * Limits::SEND_OVERHEAD
-            > limits.max_send_queue_bytes
+        let mine = self.send_backlog() + payload.len() + frames * Limits::SEND_OVERHEAD;
+        if !limits
+            .send_budget()
+            .fits(mine, self.sending.total_with(mine))
         {
             return Err(SendError::QueueFull);
         }
@@ -687,6 +694,7 @@ impl Connection {
                 .expect_receipt(id, if split_reliable { parts } else { 1 });
         }
         self.stats.messages_out += 1;
+        self.sending.set(self.send_backlog());
         Ok(receipt)
     }
 
@@ -936,6 +944,7 @@ impl Connection {
                 self.memory.set(self.buffered_bytes());
             }
         }
+        self.sending.set(self.send_backlog());
     }
 
     /// Visit the numbers in `ranges` that we keep a record of (sent and not long resolved),
@@ -1425,6 +1434,10 @@ impl Connection {
             // acknowledged": forged keep-alives cannot keep us resending forever.
             return self.finish(DisconnectReason::Timeout);
         }
+        if self.send_stalled(now) {
+            self.stats.send_stalled += 1;
+            return self.finish(DisconnectReason::LimitExceeded(Limit::SendBacklog));
+        }
         let rto = self.current_rto();
         let lost = self.flight.counters.lost_datagrams;
         self.flight
@@ -1464,6 +1477,35 @@ impl Connection {
         }
         if self.pace_until.is_some_and(|t| now >= t) {
             self.pace_until = None;
+        }
+        self.sending.set(self.send_backlog());
+    }
+
+    /// Whether the peer stopped reading (see [`Limit::SendBacklog`]): each `timeout` that the
+    /// backlog stays over the connection's share, the peer must have acknowledged an
+    /// eighth of what was waiting when it began. A real reader that slow would take more
+    /// than eight timeouts to catch up: gone for a game, and holding its share of the
+    /// endpoint's send budget meanwhile.
+    fn send_stalled(&mut self, now: Instant) -> bool {
+        let backlog = self.send_backlog();
+        if backlog <= self.config.limits.send_share() {
+            self.backlog_mark = None;
+            return false;
+        }
+        let delivered = self.flight.delivered_bytes();
+        match self.backlog_mark {
+            None => {
+                self.backlog_mark = Some((now, backlog, delivered));
+                false
+            }
+            Some((since, _, _)) if now < since + self.config.timeout => false,
+            Some((_, then, acked)) => {
+                if delivered.saturating_sub(acked) < (then / 8) as u64 {
+                    return true;
+                }
+                self.backlog_mark = Some((now, backlog, delivered));
+                false
+            }
         }
     }
 
@@ -1532,6 +1574,9 @@ impl Connection {
         min(self.naks.since.map(|s| s + self.config.nak_delay));
         min(self.next_ping);
         min(self.pace_until);
+        min(self
+            .backlog_mark
+            .map(|(since, _, _)| since + self.config.timeout));
         // Held gaps: unfilled for the timeout, they close the connection.
         if !self.paused {
             let stalled = self
@@ -1550,9 +1595,8 @@ impl Connection {
             // unreliable messages expire.
             min(self
                 .queue
-                .peek()
-                .filter(|p| !p.frame.reliability.is_reliable())
-                .map(|p| p.queued_at + self.config.unreliable_timeout));
+                .oldest_unreliable()
+                .map(|t| t + self.config.unreliable_timeout));
         }
         t
     }

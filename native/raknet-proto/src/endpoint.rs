@@ -164,6 +164,11 @@ pub struct EndpointStats {
     /// Of those, the ones holding a connection slot (told "accepted", their 0x13 awaited):
     /// slots taken that the application sees no connection for yet.
     pub half_open_reserved: usize,
+    /// Slots reserved at 0x10 that went back to the group because no 0x13 came within 2 s
+    /// (a late 0x13 takes one again if any is free). A reservation is capped: a quarter of
+    /// `max_connections` in all, 8 per IP (IPv6: per /64); beyond them a client is accepted
+    /// without one and takes its slot at 0x13.
+    pub reservations_lapsed: u64,
     /// Half-open handshakes forgotten to make room for newer ones.
     pub half_open_evicted: u64,
     /// OCR2s from an IP with `max_half_open_per_ip` handshakes of their kind under way:
@@ -226,6 +231,10 @@ pub struct EndpointStats {
     /// ordering); bounded by [`crate::Limits::max_endpoint_buffered_bytes`]. With an
     /// [`EndpointGroup`], the whole group's bytes (every endpoint reports the same total).
     pub buffered_bytes: usize,
+    /// Bytes all connections have queued or unacknowledged for sending (with
+    /// [`crate::Limits::SEND_OVERHEAD`] per frame); bounded by
+    /// [`crate::Limits::max_endpoint_send_bytes`]. With an [`EndpointGroup`], the group's.
+    pub send_backlog_bytes: usize,
 }
 
 /// What the endpoints of one server share when it runs several, one per thread (sockets bound
@@ -243,8 +252,13 @@ pub struct EndpointStats {
 #[derive(Debug, Default)]
 pub struct EndpointGroup {
     live: AtomicUsize,
-    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// Connections by network: each host (an IPv4 address, an IPv6 /64) and the wider
+    /// networks [`network_caps`] names.
+    per_ip: Mutex<HashMap<(IpAddr, u8), usize>>,
     buffered: Arc<AtomicUsize>,
+    /// Bytes queued or unacknowledged for sending, all connections together
+    /// ([`Limits::max_endpoint_send_bytes`](crate::Limits::max_endpoint_send_bytes)).
+    sending: Arc<AtomicUsize>,
     /// Players' IPs, for the returning players' pong budget (see [`KnownIps`]).
     known: KnownIps,
     /// The GUID of each accepted connection and its address: a GUID is one peer's on every
@@ -286,10 +300,20 @@ impl EndpointGroup {
     /// Connections from `ip` (IPv6: from its /64, see [`ip_key`]) on every endpoint of the
     /// group.
     pub fn connections_from(&self, ip: IpAddr) -> usize {
-        self.ip_map().get(&ip_key(ip)).copied().unwrap_or(0)
+        let key = (ip_key(ip), crate::admission::host_prefix_len(ip));
+        self.ip_map().get(&key).copied().unwrap_or(0)
     }
 
-    fn ip_map(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+    /// Whether `ip`'s host or one of its wider networks holds as many connections as
+    /// [`network_caps`] allows, `max_per_ip` for the host.
+    pub fn network_full(&self, ip: IpAddr, max_per_ip: usize) -> bool {
+        let map = self.ip_map();
+        network_caps(ip, max_per_ip)
+            .iter()
+            .any(|(key, cap)| map.get(key).copied().unwrap_or(0) >= *cap)
+    }
+
+    fn ip_map(&self) -> std::sync::MutexGuard<'_, HashMap<(IpAddr, u8), usize>> {
         // The map is left consistent at every step, so a poisoned lock is still usable.
         self.per_ip.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -298,9 +322,12 @@ impl EndpointGroup {
     /// `max_per_ip` are `ip`'s. Both counts are checked and raised under the per-IP lock, so
     /// two endpoints never both take the last slot.
     pub(crate) fn take(&self, ip: IpAddr, max: usize, max_per_ip: usize) -> bool {
-        let ip = ip_key(ip);
+        let networks = network_caps(ip, max_per_ip);
         let mut map = self.ip_map();
-        if map.get(&ip).copied().unwrap_or(0) >= max_per_ip {
+        if networks
+            .iter()
+            .any(|(key, cap)| map.get(key).copied().unwrap_or(0) >= *cap)
+        {
             return false;
         }
         let free = self
@@ -310,9 +337,17 @@ impl EndpointGroup {
             })
             .is_ok();
         if free {
-            *map.entry(ip).or_insert(0) += 1;
+            for (key, _) in networks {
+                *map.entry(key).or_insert(0) += 1;
+            }
         }
         free
+    }
+
+    /// Bytes the group's connections hold queued or unacknowledged for sending, as of each
+    /// one's last turn (see [`crate::SendBudget`]).
+    pub fn send_backlog(&self) -> usize {
+        self.sending.load(AtomicOrdering::Relaxed)
     }
 
     /// A group of its own (limits counted apart) that shares `guids` with other groups.
@@ -364,15 +399,38 @@ impl EndpointGroup {
             .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
                 Some(n.saturating_sub(1))
             });
-        let ip = ip_key(ip);
         let mut map = self.ip_map();
-        if let Some(n) = map.get_mut(&ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                map.remove(&ip);
+        for (key, _) in network_caps(ip, 0) {
+            if let Some(n) = map.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(&key);
+                }
             }
         }
     }
+}
+
+/// The networks whose connections `max_connections_per_ip` bounds, with their caps: the
+/// host (an IPv4 address, an IPv6 /64) at `per_host`, and wider networks at growing
+/// multiples of it, so that one provider's addresses cannot take every slot: an IPv6 /56
+/// (256 /64s, what a provider gives one customer) at twice it, a /48 (65,536 /64s, what a
+/// free tunnel broker gives anyone) at four times, an IPv4 /24 at four times.
+pub(crate) fn network_caps(ip: IpAddr, per_host: usize) -> Vec<((IpAddr, u8), usize)> {
+    use crate::admission::{host_prefix_len, prefix};
+    let host = host_prefix_len(ip);
+    let wider: &[(u8, usize)] = if host == 32 {
+        &[(24, 4)]
+    } else {
+        &[(56, 2), (48, 4)]
+    };
+    std::iter::once(((prefix(ip, host), host), per_host))
+        .chain(
+            wider
+                .iter()
+                .map(|&(len, times)| ((prefix(ip, len), len), per_host.saturating_mul(times))),
+        )
+        .collect()
 }
 
 impl Drop for Endpoint {
@@ -525,8 +583,13 @@ impl Endpoint {
         EndpointStats {
             connections: self.live,
             buffered_bytes: self.buffered.load(std::sync::atomic::Ordering::Relaxed),
+            send_backlog_bytes: self
+                .group
+                .sending
+                .load(std::sync::atomic::Ordering::Relaxed),
             half_open: self.handshake.half_open(),
             half_open_reserved: self.handshake.reserved(),
+            reservations_lapsed: self.handshake.reservations_lapsed(),
             strict: self.handshake.strict(),
             unproven: self.unproven.values().sum(),
             ..self.stats
@@ -667,28 +730,47 @@ impl Endpoint {
         self.touch(id);
     }
 
-    /// Refuse everything from `ip` for `duration` (`None`: until [`Endpoint::unban`]).
+    /// Refuse everything from `ip` for `duration` (`None`: until [`Endpoint::unban`]): an
+    /// IPv4 address, or an IPv6 address's /64 (the network one subscriber gets).
     /// Its datagrams are dropped from now on, those of its connections too: close them so
     /// that their peers are told, or they time out. Its connection attempts are answered
     /// with 0x17 (at most [`BANNED_REPLIES_PER_SEC`] a second over all banned sources).
     pub fn ban(&mut self, now: Instant, ip: IpAddr, duration: Option<Duration>) {
+        self.ban_prefix(now, ip, None, duration);
+    }
+
+    /// [`Endpoint::ban`] for the network of `ip` with a prefix of `len` bits (`None`: the
+    /// host's, as `ban`): `2001:db8::/48` or `203.0.113.0/24`. An IPv6 prefix longer than 64
+    /// bits bans its /64.
+    pub fn ban_prefix(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        len: Option<u8>,
+        duration: Option<Duration>,
+    ) {
         let until = duration.map(|d| self.ms(now).saturating_add(d.as_millis() as u64));
-        self.bans
-            .ban(addr::unmap(SocketAddr::new(ip, 0)).ip(), until);
+        self.bans.ban(ip, len, until);
     }
 
-    /// Lift a ban.
+    /// Lift a ban of [`Endpoint::ban`].
     pub fn unban(&mut self, ip: IpAddr) {
-        self.bans.unban(addr::unmap(SocketAddr::new(ip, 0)).ip());
+        self.bans.unban(ip, None);
     }
 
-    /// Every active ban and how long it has left (`None`: until lifted).
-    pub fn banned(&mut self, now: Instant) -> Vec<(IpAddr, Option<Duration>)> {
+    /// Lift a ban of [`Endpoint::ban_prefix`].
+    pub fn unban_prefix(&mut self, ip: IpAddr, len: Option<u8>) {
+        self.bans.unban(ip, len);
+    }
+
+    /// Every active ban: the network, its prefix length (32 for an IPv4 address, 64 for an
+    /// IPv6 host's network) and how long it has left (`None`: until lifted).
+    pub fn banned(&mut self, now: Instant) -> Vec<(IpAddr, u8, Option<Duration>)> {
         let now_ms = self.ms(now);
         self.bans
             .list(now_ms)
             .into_iter()
-            .map(|(ip, left)| (ip, left.map(Duration::from_millis)))
+            .map(|(ip, len, left)| (ip, len, left.map(Duration::from_millis)))
             .collect()
     }
 
@@ -1063,7 +1145,7 @@ impl Endpoint {
                 stats.refused_full += 1;
                 return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
             }
-            if group.connections_from(ip) >= admission.max_connections_per_ip {
+            if group.network_full(ip, admission.max_connections_per_ip) {
                 stats.refused_ip_connections += 1;
                 return Some(NoFreeIncomingConnections { server_guid: guid }.to_vec());
             }
@@ -1194,6 +1276,7 @@ impl Endpoint {
 
     fn insert(&mut self, mut conn: Connection) -> ConnId {
         conn.memory = MemoryShare::new(self.buffered.clone());
+        conn.sending = MemoryShare::new(self.group.sending.clone());
         let addr = conn.addr();
         // The group's slot was taken by `EndpointGroup::take`.
         self.live += 1;

@@ -174,6 +174,11 @@ pub enum Limit {
     /// timeout while data piled up behind it. A real sender fills a gap within its
     /// retransmission timeout; one that does not holds buffer space it will never release.
     Stalled,
+    /// The peer stopped reading: with more than its share of the send budget waiting
+    /// ([`crate::Limits::send_share`]), it acknowledged less than an eighth of that backlog
+    /// in a whole timeout (a slow reader that acknowledges a datagram now and then held its
+    /// 64 MiB for ever).
+    SendBacklog,
 }
 
 /// Why a connection ended. Every closed connection reports exactly one.

@@ -204,6 +204,20 @@ impl Pressure {
     }
 }
 
+/// How long a slot reserved at 0x10 waits for the client's 0x13 (a real client sends it one
+/// round trip after the 0x10) before it goes back to the group. A late 0x13 takes a slot
+/// again if one is free. Without this, 17 addresses whose 64 ports each sent a 0x09 and
+/// never a 0x13, again every handshake timeout, held all 1,024 slots.
+pub(crate) const RESERVE_MS: u64 = 2_000;
+/// Most reserved slots one IP (IPv6: one /64) holds at once; its further clients are
+/// accepted without one (their slot is taken at 0x13, as a cookie-less client's is).
+pub(crate) const MAX_RESERVED_PER_IP: usize = 8;
+
+/// Most reserved slots at once: a quarter of `max_connections` (at least one).
+fn max_reserved(config: &EndpointConfig) -> usize {
+    (config.limits.max_connections / 4).max(1)
+}
+
 /// The server's handshake state: keys, half-open records, remembered OCR1s.
 #[derive(Debug)]
 pub(crate) struct ServerHandshake {
@@ -219,8 +233,14 @@ pub(crate) struct ServerHandshake {
     ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
     /// Where the slots of reserved records come from and go back to.
     group: Arc<EndpointGroup>,
-    /// Records holding a slot.
+    /// Records holding a slot, in all and by IP key.
     reserved: usize,
+    reserved_per_ip: HashMap<IpAddr, usize>,
+    /// When each reservation lapses ([`RESERVE_MS`] after its 0x10), oldest first; entries
+    /// of records gone meanwhile are skipped when they come up.
+    reservations: VecDeque<(u64, SocketAddr)>,
+    /// Reservations that lapsed without a 0x13.
+    reservations_lapsed: u64,
     pressure: Pressure,
 }
 
@@ -260,8 +280,38 @@ impl ServerHandshake {
             ocr1: BoundedMap::new(cap),
             group,
             reserved: 0,
+            reserved_per_ip: HashMap::new(),
+            reservations: VecDeque::new(),
+            reservations_lapsed: 0,
             pressure: Pressure::default(),
         }
+    }
+
+    /// Reserved slots that lapsed because no 0x13 came within [`RESERVE_MS`].
+    pub(crate) fn reservations_lapsed(&self) -> u64 {
+        self.reservations_lapsed
+    }
+
+    /// Whether a validated client at `ip` may reserve a slot at its 0x10 (the caps above).
+    fn may_reserve(&self, config: &EndpointConfig, ip: IpAddr) -> bool {
+        self.reserved < max_reserved(config)
+            && self.reserved_per_ip.get(&ip_key(ip)).copied().unwrap_or(0) < MAX_RESERVED_PER_IP
+    }
+
+    /// `h` of `addr` gives its slot back to the group.
+    fn unreserve(&mut self, addr: SocketAddr, h: &mut HalfOpen) {
+        if !std::mem::replace(&mut h.reserved, false) {
+            return;
+        }
+        self.reserved -= 1;
+        let key = ip_key(addr.ip());
+        if let Some(n) = self.reserved_per_ip.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.reserved_per_ip.remove(&key);
+            }
+        }
+        self.group.release(addr.ip());
     }
 
     /// Whether the handshake is strict now (see [`CookieMode`]).
@@ -566,10 +616,8 @@ impl ServerHandshake {
     }
 
     fn forget(&mut self, addr: SocketAddr, h: &HalfOpen) {
-        if h.reserved {
-            self.reserved -= 1;
-            self.group.release(addr.ip());
-        }
+        let mut h = *h;
+        self.unreserve(addr, &mut h);
         let ip = ip_key(addr.ip());
         if let Some(addrs) = self.per_ip.get_mut(&ip) {
             // At most `max_half_open_per_ip` to look through.
@@ -598,8 +646,19 @@ impl ServerHandshake {
         let Some(mut h) = self.half_open.remove(&addr) else {
             return false;
         };
-        let reserved = std::mem::replace(&mut h.reserved, false);
-        self.reserved -= usize::from(reserved);
+        let reserved = h.reserved;
+        if reserved {
+            // The slot goes to the connection: off the counts, not back to the group.
+            h.reserved = false;
+            self.reserved -= 1;
+            let key = ip_key(addr.ip());
+            if let Some(n) = self.reserved_per_ip.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.reserved_per_ip.remove(&key);
+                }
+            }
+        }
         self.forget(addr, &h);
         reserved
     }
@@ -614,7 +673,8 @@ impl ServerHandshake {
         }
         let ttl = config.handshake_timeout.as_millis() as u64;
         let (_, oldest) = self.half_open.oldest()?;
-        Some(oldest.created_ms.saturating_add(ttl))
+        let lapse = self.reservations.front().map_or(u64::MAX, |(t, _)| *t);
+        Some(oldest.created_ms.saturating_add(ttl).min(lapse))
     }
 
     /// Forget handshakes older than the handshake timeout (oldest first: creation order
@@ -628,6 +688,24 @@ impl ServerHandshake {
             let h = *h;
             self.half_open.remove(&addr);
             self.forget(addr, &h);
+        }
+        while let Some(&(deadline, addr)) = self.reservations.front() {
+            if deadline > now_ms {
+                break;
+            }
+            self.reservations.pop_front();
+            let lapsed = self.half_open.get(&addr).is_some_and(|h| {
+                h.reserved && h.accepted_ms.saturating_add(RESERVE_MS) == deadline
+            });
+            if lapsed {
+                if let Some(mut h) = self.half_open.get(&addr).copied() {
+                    self.unreserve(addr, &mut h);
+                    if let Some(r) = self.half_open.get_mut(&addr) {
+                        *r = h;
+                    }
+                    self.reservations_lapsed += 1;
+                }
+            }
         }
     }
 
@@ -655,6 +733,7 @@ impl ServerHandshake {
                 return Step::Drop;
             }
         };
+        let may_reserve = self.may_reserve(config, from.ip());
         let Some(h) = self.half_open.get_mut(&from) else {
             return Step::Drop;
         };
@@ -736,7 +815,9 @@ impl ServerHandshake {
         }
         if h.accepted_ms == NOT_ACCEPTED {
             // A validated client is told "accepted" only with its slot taken (module docs).
-            if h.validated {
+            // Beyond the reservation caps it is accepted without one: its slot is taken at
+            // 0x13, as a cookie-less client's is.
+            if h.validated && may_reserve {
                 let limits = (
                     config.limits.max_connections,
                     config.admission.max_connections_per_ip,
@@ -747,6 +828,9 @@ impl ServerHandshake {
                 }
                 h.reserved = true;
                 self.reserved += 1;
+                *self.reserved_per_ip.entry(ip_key(from.ip())).or_default() += 1;
+                self.reservations
+                    .push_back((now_ms.saturating_add(RESERVE_MS), from));
             }
             h.accepted_ms = now_ms;
             h.request_time = req.time;

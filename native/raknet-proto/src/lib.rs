@@ -63,9 +63,11 @@ mod stats;
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use admission::ip_key;
+pub use admission::{host_prefix_len, ip_key, prefix};
 pub use codec::{Decode, Encode};
-pub use config::{AdmissionLimits, CongestionControl, CookieMode, EndpointConfig, Limits};
+pub use config::{
+    AdmissionLimits, CongestionControl, CookieMode, EndpointConfig, Limits, SendBudget,
+};
 pub use congestion::{Bbr, CongestionEvent, Controller, DeliverySample, Pacer, SlidingWindow};
 pub use connection::Role;
 pub use datagram::{

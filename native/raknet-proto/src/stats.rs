@@ -103,6 +103,8 @@ pub struct ConnectionStats {
     /// split message's first missing fragment) stayed open for the timeout
     /// ([`crate::Limit::Stalled`]).
     pub stalled_gaps: u64,
+    /// Closed because the peer stopped reading ([`crate::Limit::SendBacklog`]).
+    pub send_stalled: u64,
     /// Connected pings not answered: the peer pinged faster than the pong budget.
     pub pongs_dropped: u64,
 }

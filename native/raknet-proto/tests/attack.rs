@@ -1084,3 +1084,82 @@ fn messages_before_the_handshake_ends_count_against_the_buffer_budgets() {
     let stats = c.connection_stats(id).unwrap();
     assert_eq!((stats.duplicates, stats.refused_over_limit), (0, 11));
 }
+
+/// A peer that stops reading but acknowledges the newest datagram every 8 s kept the idle
+/// and acknowledgement timers happy and held its whole send backlog (64 MiB) for ever; 1,024
+/// of them were 64 GiB. With more than its share waiting, a peer must acknowledge an eighth
+/// of its backlog per timeout, or be closed.
+#[test]
+fn a_reader_that_acknowledges_a_datagram_now_and_then_is_closed() {
+    let (mut p, s) = lonely_server();
+    for _ in 0..4_000 {
+        let msg = Bytes::from(vec![0x86; 1_000]);
+        let opts = SendOptions::new(Reliability::ReliableOrdered);
+        p.server.send(p.now, s, msg, opts).unwrap();
+    }
+    let start = p.now;
+    let mut last_ack = p.now;
+    let mut newest = None;
+    let closed = loop {
+        p.now += Duration::from_millis(100);
+        p.server.handle_timeout(p.now);
+        for (_, d) in drain(&mut p.server, p.now) {
+            if let Ok(Datagram::Data { header, .. }) = Datagram::decode(d, false) {
+                newest = Some(header.seq);
+            }
+        }
+        if p.now >= last_ack + Duration::from_secs(8) {
+            if let Some(seq) = newest {
+                let ack = Ack {
+                    timestamp: None,
+                    arrival_rate: None,
+                    ranges: vec![AckRange::single(seq)],
+                };
+                p.server.handle(p.now, p.client_addr, ack.to_vec().into());
+            }
+            last_ack = p.now;
+        }
+        if let Some(reason) = server_closed(&mut p, s) {
+            break Some((reason, p.now - start));
+        }
+        if p.now > start + Duration::from_secs(60) {
+            break None;
+        }
+    };
+    let (reason, after) = closed.expect("still open after 60 s");
+    assert_eq!(reason, DisconnectReason::LimitExceeded(Limit::SendBacklog));
+    assert!(after <= Duration::from_secs(21), "{after:?}");
+    assert_eq!(p.server.stats().send_backlog_bytes, 0);
+}
+
+/// A real reader on a slow link is not a stopped one: one that acknowledges what it gets
+/// drains a backlog far over its share and stays.
+#[test]
+fn a_slow_but_real_reader_drains_its_backlog_and_stays() {
+    let mut p = Pair::new(
+        9,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        LinkConfig {
+            bandwidth: Some(250_000),
+            delay: Duration::from_millis(20),
+            ..LinkConfig::default()
+        },
+    );
+    let (c, s) = p.connect();
+    // 4 MB at 250 KB/s: 16 s, eight times the 512 KiB share, past a timeout's check.
+    for _ in 0..4_000 {
+        let msg = Bytes::from(vec![0x86; 1_000]);
+        let opts = SendOptions::new(Reliability::ReliableOrdered);
+        p.server.send(p.now, s, msg, opts).unwrap();
+    }
+    let done = p.drive_until(Duration::from_secs(30), |p| {
+        p.client_events
+            .iter()
+            .filter(|e| matches!(e, Event::Message { .. }))
+            .count()
+            == 4_000
+    });
+    assert!(done, "{:?}", p.server.connection_stats(s));
+    assert!(p.server.is_connected(s) && p.client.is_connected(c));
+}

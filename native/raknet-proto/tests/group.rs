@@ -500,3 +500,37 @@ fn groups_sharing_a_guid_table_keep_their_limits_apart() {
     net.run(Duration::from_secs(2));
     assert!(net.connected(other));
 }
+
+/// Per-IP limits count IPv6 by /64, and a provider's wider networks too: a /56 holds twice
+/// `max_connections_per_ip`, a /48 four times, an IPv4 /24 four times. Before, one /48 was
+/// 65,536 "IPs", each with the whole per-IP limit.
+#[test]
+fn wider_networks_have_growing_caps() {
+    let mut net = Net::new(2, true, limits(1_000, 2));
+    let mut port = 40_000;
+    let mut connect = |net: &mut Net, ip: &str| {
+        // A port of its own: a client's GUID follows its seed, which is its port.
+        port += 1;
+        let c = net.connect(ip, port, 0);
+        net.run(Duration::from_secs(1));
+        net.connected(c)
+    };
+    // One host per /64, all in one /56: four (twice 2) connect.
+    let v56: Vec<bool> = (1..=5)
+        .map(|i| connect(&mut net, &format!("2001:db8:0:{i}::1")))
+        .collect();
+    assert_eq!(v56, [true, true, true, true, false]);
+    // Another /56 of the same /48: four more reach the /48's eight.
+    let other: Vec<bool> = (1..=5)
+        .map(|i| connect(&mut net, &format!("2001:db8:0:1{i:02x}::1")))
+        .collect();
+    assert_eq!(other, [true, true, true, true, false]);
+    assert!(!connect(&mut net, "2001:db8:0:200::1"), "the /48 is full");
+    assert!(connect(&mut net, "2001:db8:1::1"), "the next /48 is not");
+    // IPv4: eight in a /24, then the next /24.
+    let v24: Vec<bool> = (1..=9)
+        .map(|i| connect(&mut net, &format!("10.0.0.{i}")))
+        .collect();
+    assert_eq!(v24, [true, true, true, true, true, true, true, true, false]);
+    assert!(connect(&mut net, "10.0.1.1"));
+}

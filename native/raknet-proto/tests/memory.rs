@@ -382,3 +382,58 @@ fn a_ping_flood_gets_a_bounded_number_of_pongs() {
     assert!(stats.pongs_dropped >= 970, "{}", stats.pongs_dropped);
     assert!(stats.pongs_dropped - before.pongs_dropped <= 1000);
 }
+
+/// The send budget is shared as the receive budget is: players who stop reading fill at most
+/// the open half of the endpoint's `max_endpoint_send_bytes` beyond their shares, and every
+/// other connection can still queue its share (before, 1,024 slow readers of 64 MiB each
+/// could make a server hold 64 GiB).
+#[test]
+fn the_send_budget_is_shared_fairly() {
+    let limits = Limits {
+        max_endpoint_send_bytes: 1 << 20,
+        max_connections: 4,
+        ..Limits::default()
+    };
+    let share = limits.send_share();
+    assert_eq!(share, 128 << 10);
+    let start = std::time::Instant::now();
+    let mut server = Endpoint::new(config(limits), "127.0.0.1:19132".parse().unwrap(), start);
+    let mut conns = Vec::new();
+    for c in 0..3u16 {
+        let mut p = Pair::new(
+            u64::from(c) + 60,
+            EndpointConfig::default(),
+            EndpointConfig::default(),
+            LinkConfig::default(),
+        );
+        std::mem::swap(&mut p.server, &mut server);
+        p.client_addr = format!("127.0.0.{}:4000", c + 2).parse().unwrap();
+        conns.push((p.now, p.connect().1));
+        std::mem::swap(&mut p.server, &mut server);
+    }
+    // Nothing is transmitted (the peers read nothing): queue 1 KB messages until refused.
+    let queued: Vec<usize> = conns
+        .iter()
+        .map(|&(now, s)| {
+            let mut n = 0;
+            let opts = SendOptions::new(Reliability::ReliableOrdered);
+            while server
+                .send(now, s, Bytes::from(vec![0x86; 1000]), opts)
+                .is_ok()
+            {
+                n += 1;
+            }
+            n * (1000 + Limits::SEND_OVERHEAD)
+        })
+        .collect();
+    // The first takes the open half, the others their shares, and the total stays within
+    // the budget.
+    assert!(queued[0] >= 400 << 10, "{queued:?}");
+    assert!(
+        queued[1..].iter().all(|&q| q > share - 2_000 && q <= share),
+        "{queued:?}"
+    );
+    let total = server.stats().send_backlog_bytes;
+    assert!(total <= 1 << 20, "{total}");
+    assert_eq!(total, queued.iter().sum::<usize>());
+}

@@ -58,6 +58,8 @@ struct Quirks {
     no_cookies: bool,
     /// Data datagrams after the handshake are numbered from 1 again (rak-rs).
     restart_numbers: bool,
+    /// Stops once 0x10 came: never sends its 0x13 (an attacker holding a reserved slot).
+    stop_at_accepted: bool,
 }
 
 const REQUEST_TIME: u64 = 4242;
@@ -154,6 +156,9 @@ fn scripted(
             _ => None,
         })
         .ok_or("no 0x10")?;
+    if quirks.stop_at_accepted {
+        return Ok(Vec::new());
+    }
     let nic = NewIncomingConnection {
         server_address: server,
         internal_addresses: vec![addr::UNASSIGNED; 20],
@@ -380,6 +385,48 @@ fn spoofed_records_from_a_players_ip_give_way_to_the_player() {
         scripted(&mut ep, now, addr, player, Quirks::default()).map(|m| m.len()),
         Ok(1)
     );
+}
+
+/// 17 addresses whose 64 ports each echoed the cookie, sent their 0x09 and never their 0x13
+/// (again every handshake timeout) held all 1,024 slots: each 0x10 reserved one for 10 s.
+/// Reservations are now capped (8 per IP, a quarter of the slots in all) and lapse 2 s after
+/// their 0x10.
+#[test]
+fn handshakes_that_stop_at_0x10_cannot_hold_the_slots() {
+    let (mut ep, mut now, addr) = server(EndpointConfig {
+        use_cookies: CookieMode::Always,
+        admission: AdmissionLimits {
+            new_connections_per_ip_per_sec: 1_000,
+            ..AdmissionLimits::default()
+        },
+        ..EndpointConfig::default()
+    });
+    let stopped = Quirks {
+        stop_at_accepted: true,
+        ..Quirks::default()
+    };
+    for a in 0..17u8 {
+        for port in 0..64u16 {
+            let from = SocketAddr::from(([127, 9, 0, a], 30_000 + port));
+            assert_eq!(scripted(&mut ep, now, addr, from, stopped), Ok(Vec::new()));
+        }
+    }
+    assert_eq!(ep.stats().half_open_reserved, 17 * 8);
+    // Players connect meanwhile: more than the slots left unreserved would allow before.
+    for i in 0..10 {
+        assert_eq!(
+            scripted(&mut ep, now, addr, client(i), Quirks::default()).map(|m| m.len()),
+            Ok(1)
+        );
+    }
+    now += Duration::from_millis(2_001);
+    ep.handle_timeout(now);
+    let stats = ep.stats();
+    assert_eq!(
+        (stats.half_open_reserved, stats.reservations_lapsed),
+        (0, 136)
+    );
+    assert_eq!(stats.connections, 10, "{stats:?}");
 }
 
 #[test]

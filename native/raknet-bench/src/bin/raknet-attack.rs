@@ -77,6 +77,9 @@ const ECHO_ID: u8 = 0x86;
 /// The legitimate clients' echo messages, in bytes: split in four at MTU 1492, so that every
 /// row also shows whether players' split messages get through.
 const ECHO_SIZE: usize = 5_000;
+/// Addresses the slot-hold attack handshakes from, and ports of each.
+const SLOT_HOLD_ADDRS: usize = 17;
+const SLOT_HOLD_PORTS: usize = 64;
 /// Connections the gap-hold attack opens from its one address.
 const GAP_HOLD_CONNS: usize = 34;
 /// The one-byte reliable-ordered frames one gap-hold datagram carries.
@@ -99,9 +102,10 @@ enum Attack {
     Repeat09,
     GapHold,
     GuidTakeover,
+    SlotHold,
 }
 
-const ALL_ATTACKS: [Attack; 15] = [
+const ALL_ATTACKS: [Attack; 16] = [
     Attack::Baseline,
     Attack::Ocr2,
     Attack::Ocr2PlayersIp,
@@ -117,6 +121,7 @@ const ALL_ATTACKS: [Attack; 15] = [
     Attack::Repeat09,
     Attack::GapHold,
     Attack::GuidTakeover,
+    Attack::SlotHold,
 ];
 
 impl Attack {
@@ -137,6 +142,7 @@ impl Attack {
             Attack::Repeat09 => "repeat-09",
             Attack::GapHold => "gap-hold",
             Attack::GuidTakeover => "guid-takeover",
+            Attack::SlotHold => "slot-hold",
         }
     }
 
@@ -151,6 +157,7 @@ impl Attack {
                 | Attack::Slowloris
                 | Attack::SlowlorisNoAck
                 | Attack::GapHold
+                | Attack::SlotHold
         )
     }
 
@@ -1050,8 +1057,8 @@ async fn offline_exchange(
     Err(format!("no 0x{want:02x} reply"))
 }
 
-/// Connect properly by hand: OCR1, OCR2, 0x09 in datagram #0, ACK the 0x10, 0x13.
-async fn raw_connect(
+/// The handshake by hand up to the server's 0x10: OCR1, OCR2, 0x09 in datagram #0.
+async fn raw_accept(
     ip: Ipv4Addr,
     server: SocketAddr,
     protocol: u8,
@@ -1059,13 +1066,26 @@ async fn raw_connect(
     guid: u64,
     epoch: Instant,
     traffic: &Traffic,
-) -> Result<RawConn, String> {
+) -> Result<(RawConn, ConnectionRequestAccepted), String> {
     let sock = Rc::new(
         UdpSocket::bind((ip, 0))
             .await
             .map_err(|e| format!("bind {ip}: {e}"))?,
     );
     hold(&sock);
+    raw_accept_on(sock, server, protocol, mtu, guid, epoch, traffic).await
+}
+
+/// [`raw_accept`] from a socket of the caller's.
+async fn raw_accept_on(
+    sock: Rc<UdpSocket>,
+    server: SocketAddr,
+    protocol: u8,
+    mtu: u16,
+    guid: u64,
+    epoch: Instant,
+    traffic: &Traffic,
+) -> Result<(RawConn, ConnectionRequestAccepted), String> {
     let ocr1 = encode(&OpenConnectionRequest1 { protocol, mtu });
     let mut r1 =
         offline_exchange(&sock, server, &ocr1, id::OPEN_CONNECTION_REPLY_1, traffic).await?;
@@ -1132,6 +1152,21 @@ async fn raw_connect(
         }
     }
     let accepted = accepted.ok_or("no 0x10")?;
+    Ok((c, accepted))
+}
+
+/// Connect properly by hand: OCR1, OCR2, 0x09 in datagram #0, ACK the 0x10, 0x13.
+async fn raw_connect(
+    ip: Ipv4Addr,
+    server: SocketAddr,
+    protocol: u8,
+    mtu: u16,
+    guid: u64,
+    epoch: Instant,
+    traffic: &Traffic,
+) -> Result<RawConn, String> {
+    let (mut c, accepted) = raw_accept(ip, server, protocol, mtu, guid, epoch, traffic).await?;
+    let mut buf = vec![0u8; 2048];
     if let Some(ack) = c.take_ack() {
         c.send(&ack, traffic).await;
     }
@@ -1711,6 +1746,57 @@ async fn gap_hold(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<Stri
     ))
 }
 
+/// From [`SLOT_HOLD_ADDRS`] addresses, handshakes that stop once the server answered their
+/// 0x09 with 0x10 ("accepted"), never sending 0x13, started again and again: with a cookie
+/// each such handshake reserved a connection slot for the handshake timeout, and 17
+/// addresses held all 1,024 slots. Now reservations are capped and lapse 2 s after the 0x10.
+async fn slot_hold(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
+    let pool = bind_pool(SLOT_HOLD_ADDRS * SLOT_HOLD_PORTS, |i| {
+        Ipv4Addr::new(127, 4, 2, 1 + (i / SLOT_HOLD_PORTS) as u8)
+    })
+    .await?;
+    let counts = Rc::new(Cell::new((0u32, 0u32, 0u32)));
+    // One task per address, each going round its ports: a handshake stopped at 0x10 from
+    // each, again and again.
+    let tasks: Vec<_> = pool
+        .chunks(SLOT_HOLD_PORTS)
+        .enumerate()
+        .map(|(a, socks)| {
+            let socks = socks.to_vec();
+            let (counts, traffic) = (counts.clone(), traffic.clone());
+            let (server, epoch) = (ctx.server, ctx.epoch);
+            tokio::task::spawn_local(async move {
+                let mut rng = Rng(seed() ^ a as u64);
+                for sock in socks.iter().cycle() {
+                    if Instant::now() >= end {
+                        break;
+                    }
+                    let r =
+                        raw_accept_on(sock.clone(), server, 11, 1492, rng.next(), epoch, &traffic);
+                    let (mut ok, mut refused, mut failed) = counts.get();
+                    match tokio::time::timeout_at(end.into(), r).await {
+                        Ok(Ok(_)) => ok += 1,
+                        Ok(Err(e)) if e.starts_with("refused") => refused += 1,
+                        Ok(Err(_)) => failed += 1,
+                        Err(_) => break,
+                    }
+                    counts.set((ok, refused, failed));
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let (accepted, refused, failed) = counts.get();
+    Ok(format!(
+        "{} handshakes from {} ports of {SLOT_HOLD_ADDRS} addresses stopped at 0x10: \
+         {accepted} accepted, {refused} refused, {failed} unanswered",
+        accepted + refused + failed,
+        pool.len()
+    ))
+}
+
 /// A second client, from another address, presents the long-lived client's GUID again and
 /// again: the server must answer 0x12 (already connected) and leave the player alone.
 async fn guid_takeover(
@@ -1841,6 +1927,7 @@ async fn run_attack(
         Attack::Repeat09 => repeat_09(ctx, end, &traffic).await,
         Attack::GapHold => gap_hold(ctx, end, &traffic).await,
         Attack::GuidTakeover => guid_takeover(ctx, end, &traffic, log).await,
+        Attack::SlotHold => slot_hold(ctx, end, &traffic).await,
     };
     let mut note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
     if traffic.send_errors.get() > 0 {

@@ -131,6 +131,11 @@ impl Flight {
         memory::trim_map(&mut self.receipts);
     }
 
+    /// Datagram bytes the peer has acknowledged so far.
+    pub(crate) fn delivered_bytes(&self) -> u64 {
+        self.delivered
+    }
+
     /// Reliable frames sent and not yet acknowledged.
     pub(crate) fn reliable_in_flight(&self) -> usize {
         self.frames.len()

@@ -71,19 +71,83 @@ impl Pending {
     }
 }
 
+/// One priority's frames, the reliable and the unreliable apart, each in the order queued
+/// and numbered by one counter: the next to send is the lower-numbered front, so the order
+/// queued is the order sent. Unreliable frames expire from the front of their own queue:
+/// O(expired), however deep the reliable backlog (a scan of the whole queue per expiry let
+/// a slow reader make every timer cost its backlog).
+#[derive(Debug, Default)]
+struct Lane {
+    reliable: VecDeque<(u64, Pending)>,
+    unreliable: VecDeque<(u64, Pending)>,
+}
+
+impl Lane {
+    fn is_empty(&self) -> bool {
+        self.reliable.is_empty() && self.unreliable.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.reliable.len() + self.unreliable.len()
+    }
+
+    fn push_back(&mut self, seq: u64, p: Pending) {
+        if p.frame.reliability.is_reliable() {
+            self.reliable.push_back((seq, p));
+        } else {
+            self.unreliable.push_back((seq, p));
+        }
+    }
+
+    /// Whether the next frame is the unreliable queue's (`None`: the lane is empty).
+    fn next_is_unreliable(&self) -> Option<bool> {
+        match (self.reliable.front(), self.unreliable.front()) {
+            (None, None) => None,
+            (Some(_), None) => Some(false),
+            (None, Some(_)) => Some(true),
+            (Some((r, _)), Some((u, _))) => Some(u < r),
+        }
+    }
+
+    fn front(&self) -> Option<&Pending> {
+        let q = if self.next_is_unreliable()? {
+            &self.unreliable
+        } else {
+            &self.reliable
+        };
+        q.front().map(|(_, p)| p)
+    }
+
+    fn pop_front(&mut self) -> Option<Pending> {
+        let q = if self.next_is_unreliable()? {
+            &mut self.unreliable
+        } else {
+            &mut self.reliable
+        };
+        q.pop_front().map(|(_, p)| p)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        memory::deque(&self.reliable) + memory::deque(&self.unreliable)
+    }
+
+    fn trim(&mut self) {
+        memory::trim_deque(&mut self.reliable);
+        memory::trim_deque(&mut self.unreliable);
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct SendQueue {
-    queues: [VecDeque<Pending>; 4],
+    queues: [Lane; 4],
+    /// Numbers the frames queued, across each lane's two queues.
+    next_seq: u64,
     ordered_write: [OrderIndex; ORDERING_CHANNELS as usize],
     sequenced_write: [SequenceIndex; ORDERING_CHANNELS as usize],
     next_split_id: u16,
     /// Weighted-fair-queueing clock of High, Medium and Low: the queue with the smallest
     /// value goes next, and each frame taken advances its queue by 1, 2 or 4.
     credit: [u64; 3],
-    /// When the oldest queued unreliable frame was queued (possibly one already sent): no
-    /// expiry scan is needed before it can have expired, so a deep reliable backlog costs
-    /// nothing per timer.
-    oldest_unreliable: Option<Instant>,
     /// Payload bytes waiting.
     pub(crate) bytes: usize,
 }
@@ -110,21 +174,30 @@ impl SendQueue {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.queues.iter().all(VecDeque::is_empty)
+        self.queues.iter().all(Lane::is_empty)
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.queues.iter().map(VecDeque::len).sum()
+        self.queues.iter().map(Lane::len).sum()
     }
 
     /// Heap bytes held: the queues and the payloads waiting (see [`crate::memory`]).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.queues.iter().map(memory::deque).sum::<usize>() + self.bytes
+        self.queues.iter().map(Lane::heap_bytes).sum::<usize>() + self.bytes
     }
 
     /// Give back capacity a burst left behind (see [`crate::memory`]).
     pub(crate) fn trim(&mut self) {
-        self.queues.iter_mut().for_each(memory::trim_deque);
+        self.queues.iter_mut().for_each(Lane::trim);
+    }
+
+    /// When the oldest unreliable frame waiting was queued: the next expiry is `timeout`
+    /// after it.
+    pub(crate) fn oldest_unreliable(&self) -> Option<Instant> {
+        self.queues
+            .iter()
+            .filter_map(|l| l.unreliable.front().map(|(_, p)| p.queued_at))
+            .min()
     }
 
     /// Queue a message, split into fragments of at most `max_fragment` bytes. Returns the
@@ -167,17 +240,18 @@ impl SendQueue {
             1
         };
         self.bytes += payload.len() + frames * Limits::SEND_OVERHEAD;
-        if !reliability.is_reliable() && self.oldest_unreliable.is_none() {
-            self.oldest_unreliable = Some(now);
-        }
         let queue = &mut self.queues[priority as usize];
         if !split {
             template.payload = payload;
-            queue.push_back(Pending {
-                frame: template,
-                receipt,
-                queued_at: now,
-            });
+            queue.push_back(
+                self.next_seq,
+                Pending {
+                    frame: template,
+                    receipt,
+                    queued_at: now,
+                },
+            );
+            self.next_seq += 1;
             return 1;
         }
         let count = payload.len().div_ceil(max_fragment) as u32;
@@ -189,11 +263,15 @@ impl SendQueue {
             let mut f = template.clone();
             f.payload = payload.slice(start..end);
             f.split = Some(SplitHeader { count, id, index });
-            queue.push_back(Pending {
-                frame: f,
-                receipt,
-                queued_at: now,
-            });
+            queue.push_back(
+                self.next_seq,
+                Pending {
+                    frame: f,
+                    receipt,
+                    queued_at: now,
+                },
+            );
+            self.next_seq += 1;
         }
         count
     }
@@ -232,54 +310,37 @@ impl SendQueue {
     }
 
     /// Remove unreliable frames that waited longer than `timeout`; they are passed to
-    /// `discard` (to report lost receipts).
+    /// `discard` (to report lost receipts). Each lane's unreliable frames are in the order
+    /// queued, so the expired ones are at its front: O(expired).
     pub(crate) fn expire_unreliable(
         &mut self,
         now: Instant,
         timeout: Duration,
         mut discard: impl FnMut(Pending),
     ) {
-        if self
-            .oldest_unreliable
-            .is_none_or(|t| now.saturating_duration_since(t) <= timeout)
-        {
-            return;
-        }
-        let expired = |p: &Pending| {
-            !p.frame.reliability.is_reliable()
-                && now.saturating_duration_since(p.queued_at) > timeout
-        };
-        let mut oldest: Option<Instant> = None;
-        for q in &mut self.queues {
-            if q.iter().any(expired) {
-                let mut kept = VecDeque::with_capacity(q.len());
-                for p in q.drain(..) {
-                    if expired(&p) {
-                        self.bytes -= p.cost();
-                        discard(p);
-                    } else {
-                        kept.push_back(p);
-                    }
+        for lane in &mut self.queues {
+            while lane
+                .unreliable
+                .front()
+                .is_some_and(|(_, p)| now.saturating_duration_since(p.queued_at) > timeout)
+            {
+                if let Some((_, p)) = lane.unreliable.pop_front() {
+                    self.bytes -= p.cost();
+                    discard(p);
                 }
-                *q = kept;
             }
-            let first = q
-                .iter()
-                .filter(|p| !p.frame.reliability.is_reliable())
-                .map(|p| p.queued_at)
-                .min();
-            oldest = match (oldest, first) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
         }
-        self.oldest_unreliable = oldest;
     }
 
     /// Take every queued frame (on close).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = Pending> + '_ {
         self.bytes = 0;
-        self.queues.iter_mut().flat_map(|q| q.drain(..))
+        self.queues.iter_mut().flat_map(|l| {
+            l.reliable
+                .drain(..)
+                .chain(l.unreliable.drain(..))
+                .map(|(_, p)| p)
+        })
     }
 }
 
@@ -449,5 +510,46 @@ mod tests {
             lost += 1
         });
         assert_eq!((lost, q.len(), q.bytes), (1, 1, 3 + Limits::SEND_OVERHEAD));
+    }
+
+    #[test]
+    fn reliable_and_unreliable_frames_leave_in_the_order_queued_and_expiry_takes_only_the_old() {
+        let t0 = Instant::now();
+        let mut q = SendQueue::default();
+        let opts = |reliability| SendOptions {
+            reliability,
+            channel: 0,
+            priority: Priority::High,
+        };
+        // r0 u1 r2 u3 at t0, r4 u5 a second later.
+        for (i, at) in [(0u8, 0u64), (1, 0), (2, 0), (3, 0), (4, 1), (5, 1)] {
+            let reliability = if i % 2 == 0 {
+                Reliability::Reliable
+            } else {
+                Reliability::Unreliable
+            };
+            let at = t0 + Duration::from_secs(at);
+            q.push(
+                at,
+                Bytes::copy_from_slice(&[i]),
+                opts(reliability),
+                None,
+                100,
+            );
+        }
+        assert_eq!(q.oldest_unreliable(), Some(t0));
+        let mut expired = Vec::new();
+        q.expire_unreliable(
+            t0 + Duration::from_millis(1_500),
+            Duration::from_secs(1),
+            |p| expired.push(p.frame.payload[0]),
+        );
+        assert_eq!(expired, [1, 3]);
+        assert_eq!(q.oldest_unreliable(), Some(t0 + Duration::from_secs(1)));
+        let order: Vec<u8> = std::iter::from_fn(|| q.pop())
+            .map(|p| p.frame.payload[0])
+            .collect();
+        assert_eq!(order, [0, 2, 4, 5]);
+        assert_eq!((q.bytes, q.oldest_unreliable()), (0, None));
     }
 }
