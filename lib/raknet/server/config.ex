@@ -166,7 +166,7 @@ defmodule RakNet.Server.Config do
       a lossy path throughput collapses (a 16 MiB message at 20 ms RTT: 40 MB/s without loss,
       1.0 MB/s at 1 % loss, 0.4 MB/s at 5 %). `:bbr` paces at the measured bottleneck
       bandwidth and ignores random loss (79 / 68 / 62 MB/s in the same simulation), while
-      still sharing a bottleneck fairly with other flows (`make bench`, README Performance).
+      still sharing a bottleneck fairly with other flows (`make bench`, docs/performance.md).
       Only the sender's choice matters (peers need nothing). Default `:reno`.
     * `:endpoint_threads` - how many threads serve each socket's port: that many UDP sockets
       bound to the port with `SO_REUSEPORT`, each read by its own thread with its own
@@ -686,7 +686,7 @@ defmodule RakNet.Server.Config do
       gso: Application.get_env(:raknet, :udp_gso, true),
       # Tests only: `config :raknet, max_reliable_in_flight: n` keeps fewer reliable frames in
       # flight to each peer (nil: the engine's 1,024), for official RakNet peers whose small
-      # socket buffer must not overflow (see the README's Interoperability section).
+      # socket buffer must not overflow (see docs/interoperability.md).
       max_reliable_in_flight: Application.get_env(:raknet, :max_reliable_in_flight),
       handshake_timeout_ms: c.handshake_timeout_ms,
       # Shared by the endpoints of a group (max_connections too): not divided.
