@@ -77,6 +77,9 @@ const ECHO_ID: u8 = 0x86;
 /// The legitimate clients' echo messages, in bytes: split in four at MTU 1492, so that every
 /// row also shows whether players' split messages get through.
 const ECHO_SIZE: usize = 5_000;
+/// 4-byte reliable-ordered messages per frame-flood datagram (a 1,464-byte datagram holds 365
+/// of them without their 10-byte frame headers; with them, this many).
+const FRAME_FLOOD_FRAMES: usize = 100;
 /// Addresses the slot-hold attack handshakes from, and ports of each.
 const SLOT_HOLD_ADDRS: usize = 17;
 const SLOT_HOLD_PORTS: usize = 64;
@@ -103,9 +106,10 @@ enum Attack {
     GapHold,
     GuidTakeover,
     SlotHold,
+    FrameFlood,
 }
 
-const ALL_ATTACKS: [Attack; 16] = [
+const ALL_ATTACKS: [Attack; 17] = [
     Attack::Baseline,
     Attack::Ocr2,
     Attack::Ocr2PlayersIp,
@@ -122,6 +126,7 @@ const ALL_ATTACKS: [Attack; 16] = [
     Attack::GapHold,
     Attack::GuidTakeover,
     Attack::SlotHold,
+    Attack::FrameFlood,
 ];
 
 impl Attack {
@@ -143,6 +148,7 @@ impl Attack {
             Attack::GapHold => "gap-hold",
             Attack::GuidTakeover => "guid-takeover",
             Attack::SlotHold => "slot-hold",
+            Attack::FrameFlood => "frame-flood",
         }
     }
 
@@ -1797,6 +1803,52 @@ async fn slot_hold(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<Str
     ))
 }
 
+/// One real connection sends datagrams full of 4-byte reliable-ordered messages: 365 handler
+/// calls per datagram, which without a message rate took every handler's time. The server
+/// closes it once it goes over `:max_messages_per_sec` (1,000 a second by default).
+async fn frame_flood(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
+    let mut rng = Rng(seed());
+    let mut c = raw_connect(
+        Ipv4Addr::new(127, 4, 0, 9),
+        ctx.server,
+        11,
+        1492,
+        rng.next(),
+        ctx.epoch,
+        traffic,
+    )
+    .await?;
+    let mut buf = vec![0u8; 2048];
+    let start = Instant::now();
+    let (mut sent, mut messages) = (0u64, 0u64);
+    while Instant::now() < end && !c.closed {
+        let due = due(start, Instant::now(), ctx.conn_rate, 1_000_000);
+        while sent < due {
+            let frames: Vec<Frame> = (0..FRAME_FLOOD_FRAMES)
+                .map(|_| c.frame(Reliability::ReliableOrdered, vec![ECHO_ID, 0, 0, 0]))
+                .collect();
+            let d = c.datagram(&frames);
+            c.send(&d, traffic).await;
+            sent += 1;
+            messages += FRAME_FLOOD_FRAMES as u64;
+        }
+        c.pump(Instant::now() + Duration::from_millis(1), traffic, &mut buf)
+            .await;
+        if let Some(a) = c.take_ack() {
+            c.send(&a, traffic).await;
+        }
+    }
+    let echoed = c.frame_ids[usize::from(ECHO_ID)];
+    Ok(format!(
+        "{sent} datagrams of {FRAME_FLOOD_FRAMES} 4-byte messages ({messages}), {echoed} echoed; {}",
+        if c.closed {
+            "server closed it"
+        } else {
+            "still open"
+        }
+    ))
+}
+
 /// A second client, from another address, presents the long-lived client's GUID again and
 /// again: the server must answer 0x12 (already connected) and leave the player alone.
 async fn guid_takeover(
@@ -1928,6 +1980,7 @@ async fn run_attack(
         Attack::GapHold => gap_hold(ctx, end, &traffic).await,
         Attack::GuidTakeover => guid_takeover(ctx, end, &traffic, log).await,
         Attack::SlotHold => slot_hold(ctx, end, &traffic).await,
+        Attack::FrameFlood => frame_flood(ctx, end, &traffic).await,
     };
     let mut note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
     if traffic.send_errors.get() > 0 {
