@@ -1276,6 +1276,7 @@ impl Connection {
         HeapUsage {
             send_queue: self.queue.heap_bytes(),
             in_flight: self.flight.heap_bytes() + memory::vec(&self.receipts_out),
+            flight_records: self.flight.records_heap_bytes(),
             acks: self.acks.heap_bytes()
                 + self.naks.heap_bytes()
                 + self.ack_repeats.heap_bytes()

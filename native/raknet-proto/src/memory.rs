@@ -26,9 +26,12 @@ use std::mem::size_of;
 pub struct HeapUsage {
     /// Messages queued to send: the priority queues and their payloads.
     pub send_queue: usize,
-    /// Reliable frames sent and not acknowledged, datagram records, the resend queue and
+    /// Reliable frames sent and not acknowledged (with their payloads), the resend queue and
     /// outstanding receipts.
     pub in_flight: usize,
+    /// Records of the datagrams sent: those in flight, and lost ones kept for a late ACK
+    /// (at most 512 per connection).
+    pub flight_records: usize,
     /// Datagram numbers to ACK or NAK, ACK ranges repeated, datagrams refused while paused.
     pub acks: usize,
     /// The duplicate filter over reliable message indices.
@@ -55,10 +58,11 @@ pub struct HeapUsage {
 
 impl HeapUsage {
     /// Every field by name, in declaration order.
-    pub fn entries(&self) -> [(&'static str, usize); 12] {
+    pub fn entries(&self) -> [(&'static str, usize); 13] {
         [
             ("send_queue", self.send_queue),
             ("in_flight", self.in_flight),
+            ("flight_records", self.flight_records),
             ("acks", self.acks),
             ("reliable_window", self.reliable_window),
             ("ordering", self.ordering),
@@ -82,6 +86,7 @@ impl std::ops::AddAssign for HeapUsage {
     fn add_assign(&mut self, o: Self) {
         self.send_queue += o.send_queue;
         self.in_flight += o.in_flight;
+        self.flight_records += o.flight_records;
         self.acks += o.acks;
         self.reliable_window += o.reliable_window;
         self.ordering += o.ordering;

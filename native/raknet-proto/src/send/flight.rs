@@ -109,18 +109,21 @@ impl Flight {
     /// Heap bytes held: records, frames (with their payloads), the resend queue and
     /// receipts (see [`crate::memory`]).
     pub(crate) fn heap_bytes(&self) -> usize {
+        let payload = self.unacked_payload - self.frames.len() * Limits::SEND_OVERHEAD;
+        memory::map(&self.frames)
+            + payload
+            + memory::deque(&self.resend)
+            + memory::map(&self.receipts)
+    }
+
+    /// Heap bytes of the datagram records (see [`crate::memory`]).
+    pub(crate) fn records_heap_bytes(&self) -> usize {
         let records: usize = self
             .records
             .iter()
             .map(|r| memory::vec(&r.reliable) + memory::vec(&r.unreliable_receipts))
             .sum();
-        let payload = self.unacked_payload - self.frames.len() * Limits::SEND_OVERHEAD;
-        memory::deque(&self.records)
-            + records
-            + memory::map(&self.frames)
-            + payload
-            + memory::deque(&self.resend)
-            + memory::map(&self.receipts)
+        memory::deque(&self.records) + records
     }
 
     /// Give back capacity a burst left behind (see [`crate::memory`]).
