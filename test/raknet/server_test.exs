@@ -329,8 +329,10 @@ defmodule RakNet.ServerTest do
         end
       end)
 
-    # Each counts 1,128 bytes (payload and bookkeeping): about 512 KiB's worth.
-    assert sent in 400..470
+    # Each counts 1,128 bytes (payload and bookkeeping): 512 KiB's worth is 464. The check
+    # before enqueueing reads the others' backlog as the endpoint thread last published it,
+    # so on a busy machine it refuses a little early, never late.
+    assert sent in 350..470
   end
 
   test "an owner's death closes its connection" do

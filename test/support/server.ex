@@ -9,10 +9,11 @@ defmodule RakNet.Test.Server do
   @doc """
   Options for a server that many clients of this machine connect to at once: they all come
   from one address, which the per-IP new-connection rate (20 a second, for the internet)
-  would slow to a trickle.
+  would slow to a trickle, and whose share of half-open handshakes (64) would push out the
+  oldest of more than 64 at once.
   """
   @spec crowd() :: keyword()
-  def crowd, do: [new_connections_per_ip_per_sec: 100_000]
+  def crowd, do: [new_connections_per_ip_per_sec: 100_000, max_half_open_per_ip: 4_096]
 
   @doc """
   Options for a server that takes bursts of more small messages from one peer than the

@@ -107,9 +107,10 @@ enum Attack {
     GuidTakeover,
     SlotHold,
     FrameFlood,
+    SlowReader,
 }
 
-const ALL_ATTACKS: [Attack; 17] = [
+const ALL_ATTACKS: [Attack; 18] = [
     Attack::Baseline,
     Attack::Ocr2,
     Attack::Ocr2PlayersIp,
@@ -127,6 +128,7 @@ const ALL_ATTACKS: [Attack; 17] = [
     Attack::GuidTakeover,
     Attack::SlotHold,
     Attack::FrameFlood,
+    Attack::SlowReader,
 ];
 
 impl Attack {
@@ -149,6 +151,7 @@ impl Attack {
             Attack::GuidTakeover => "guid-takeover",
             Attack::SlotHold => "slot-hold",
             Attack::FrameFlood => "frame-flood",
+            Attack::SlowReader => "slow-reader",
         }
     }
 
@@ -1849,6 +1852,76 @@ async fn frame_flood(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<S
     ))
 }
 
+/// A connection that has the echo server queue a lot for it (1 KB messages, 200 a second,
+/// echoed back), then reads nothing: it acknowledges only the newest datagram every 8 s,
+/// enough for the idle and acknowledgement timers. It held its 64 MiB send budget for ever;
+/// now, over its share of the socket's budget and acknowledging less than an eighth of its
+/// backlog in a timeout, it is closed.
+async fn slow_reader(ctx: &Ctx, end: Instant, traffic: &Rc<Traffic>) -> Result<String, String> {
+    let mut rng = Rng(seed());
+    let mut c = raw_connect(
+        Ipv4Addr::new(127, 4, 0, 10),
+        ctx.server,
+        11,
+        1492,
+        rng.next(),
+        ctx.epoch,
+        traffic,
+    )
+    .await?;
+    let mut buf = vec![0u8; 2048];
+    let start = Instant::now();
+    let mut last_ack = start;
+    let mut sent = 0u64;
+    while Instant::now() < end && !c.closed {
+        let due = due(start, Instant::now(), 200.0, 1_000_000);
+        while sent < due {
+            let mut payload = vec![ECHO_ID];
+            payload.resize(1_000, 0x55);
+            let f = c.frame(Reliability::ReliableOrdered, payload);
+            let d = c.datagram(&[f]);
+            c.send(&d, traffic).await;
+            sent += 1;
+        }
+        c.pump(Instant::now() + Duration::from_millis(5), traffic, &mut buf)
+            .await;
+        // Acknowledge nothing but the newest datagram, every 8 s.
+        if Instant::now() >= last_ack + Duration::from_secs(8) {
+            if let Some((_, hi)) = c.server_seqs {
+                let ack = encode(&Ack {
+                    timestamp: None,
+                    arrival_rate: None,
+                    ranges: vec![AckRange::single(DatagramSeq::new(hi))],
+                });
+                c.send(&ack, traffic).await;
+            }
+            last_ack = Instant::now();
+        }
+        c.to_ack.clear();
+        // The server acknowledges what we send while the connection lives (200 a second):
+        // a second without an acknowledgement is a closed connection.
+        if c.last_ack
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(1))
+        {
+            break;
+        }
+    }
+    let closed = c.closed
+        || c.last_ack
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(1));
+    Ok(format!(
+        "{sent} x 1 KB sent to be echoed, newest datagram acknowledged every 8 s; {}",
+        if closed {
+            format!(
+                "server closed it after {:.1} s",
+                start.elapsed().as_secs_f64()
+            )
+        } else {
+            "still open".into()
+        }
+    ))
+}
+
 /// A second client, from another address, presents the long-lived client's GUID again and
 /// again: the server must answer 0x12 (already connected) and leave the player alone.
 async fn guid_takeover(
@@ -1947,7 +2020,7 @@ async fn run_attack(
     let rss_max = Rc::new(Cell::new(0u64));
     let t0 = Instant::now();
     let window = match attack {
-        Attack::Slowloris | Attack::SlowlorisNoAck => slow_duration,
+        Attack::Slowloris | Attack::SlowlorisNoAck | Attack::SlowReader => slow_duration,
         _ => duration,
     };
     let end = t0 + window;
@@ -1981,6 +2054,7 @@ async fn run_attack(
         Attack::GuidTakeover => guid_takeover(ctx, end, &traffic, log).await,
         Attack::SlotHold => slot_hold(ctx, end, &traffic).await,
         Attack::FrameFlood => frame_flood(ctx, end, &traffic).await,
+        Attack::SlowReader => slow_reader(ctx, end, &traffic).await,
     };
     let mut note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
     if traffic.send_errors.get() > 0 {
