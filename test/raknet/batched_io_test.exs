@@ -364,7 +364,9 @@ defmodule RakNet.BatchedIoTest do
     test "batch_delivery: #{option} delivers every message in order, #{if option == false, do: "one {:raknet, ...} each", else: "in {:raknet_batch, ...}"}" do
       option = unquote(option)
       batch = option != false
-      opts = if option == :default, do: [], else: [batch_delivery: option]
+      # 2,000 small messages in a moment: the default message rate's whole burst.
+      opts = RakNet.Test.Server.bulk()
+      opts = if option == :default, do: opts, else: [batch_delivery: option] ++ opts
 
       server =
         start_supervised!(
