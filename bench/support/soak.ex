@@ -236,7 +236,23 @@ defmodule Bench.Soak do
       Map.new(@queue_keys, fn k -> {k, stats |> Enum.map(&Map.get(&1, k, 0)) |> Enum.sum()} end)
 
     srtts = stats |> Enum.map(&Map.get(&1, :srtt_us, 0)) |> Enum.sort()
-    Map.put(sums, :srtt_ms, div(Enum.at(srtts, div(length(srtts), 2)) || 0, 1000))
+
+    sums
+    |> Map.put(:srtt_ms, div(Enum.at(srtts, div(length(srtts), 2)) || 0, 1000))
+    |> Map.put(:records, records_histogram(stats))
+  end
+
+  @record_buckets [{0, 0}, {1, 1}, {2, 3}, {4, 7}, {8, 15}, {16, 63}, {64, 511}, {512, nil}]
+
+  # How many connections keep how many datagram records (in flight, or lost and kept for a
+  # late ACK): where the records' memory goes.
+  defp records_histogram(stats) do
+    counts = Enum.map(stats, &Map.get(&1, :datagram_records, 0))
+
+    for {lo, hi} <- @record_buckets do
+      {if(hi, do: "#{lo}-#{hi}", else: "#{lo}+"),
+       Enum.count(counts, &(&1 >= lo and (hi == nil or &1 <= hi)))}
+    end
   end
 
   # The Rust heap by structure (`:heap` of each endpoint of `RakNet.Server.info/1`), summed
@@ -293,6 +309,7 @@ defmodule Bench.Soak do
       native_slope: slope(steady, :rust),
       heap: heap_growth(steady),
       beam_by_kind: beam_growth(steady),
+      records: records_growth(steady),
       cpu: cpu(steady),
       summary: out |> String.split("summary:\n") |> List.last()
     }
@@ -460,8 +477,22 @@ defmodule Bench.Soak do
       heap_line(r.heap),
       "  BEAM by kind, median of the first → last third (KB):",
       heap_line(r.beam_by_kind),
+      "  connections by datagram records kept, first → last steady sample: " <>
+        records_line(r.records),
       "  largest BEAM processes at the end (KB): " <> largest_processes()
     ]
+  end
+
+  defp records_growth([first | _] = steady),
+    do: {first.queues.records, List.last(steady).queues.records}
+
+  defp records_growth([]), do: nil
+
+  defp records_line(nil), do: "(no sample)"
+
+  defp records_line({first, last}) do
+    Enum.zip_with(first, last, fn {bucket, a}, {_, b} -> "#{bucket}: #{a} → #{b}" end)
+    |> Enum.join(", ")
   end
 
   defp largest_processes do

@@ -443,6 +443,7 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("unknown_internal", s.unknown_internal),
         ("send_queue_bytes", s.send_queue_bytes as u64),
         ("bytes_in_flight", s.bytes_in_flight as u64),
+        ("datagram_records", s.datagram_records as u64),
         ("reassembly_bytes", s.reassembly_bytes as u64),
         ("held_for_ordering", s.held_for_ordering as u64),
         ("held_bytes", s.held_bytes as u64),

@@ -612,6 +612,7 @@ impl Connection {
         s.send_queue_bytes = self.queue.bytes;
         s.reliable_in_flight = self.flight.reliable_in_flight();
         s.bytes_in_flight = self.flight.bytes_in_flight;
+        s.datagram_records = self.flight.record_count();
         s.reassembly_bytes = self.reassembly.bytes();
         s.held_for_ordering = self.channels.iter().map(Channel::held).sum();
         s.held_bytes = self.channels.iter().map(Channel::held_bytes).sum();

@@ -88,6 +88,9 @@ pub struct ConnectionStats {
     pub reliable_in_flight: usize,
     /// Bytes in datagrams not yet acknowledged.
     pub bytes_in_flight: usize,
+    /// Records of datagrams sent kept now: in flight, and lost ones kept for a late ACK (at
+    /// most 512 of those).
+    pub datagram_records: usize,
     /// Bytes held in split reassembly, as the receive budgets count them: payload plus a
     /// fixed 128 bytes per fragment (its bookkeeping).
     pub reassembly_bytes: usize,

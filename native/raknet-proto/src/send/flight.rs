@@ -134,6 +134,11 @@ impl Flight {
         memory::trim_map(&mut self.receipts);
     }
 
+    /// Records of datagrams kept (in flight, or lost and kept for a late ACK).
+    pub(crate) fn record_count(&self) -> usize {
+        self.records.len()
+    }
+
     /// Datagram bytes the peer has acknowledged so far.
     pub(crate) fn delivered_bytes(&self) -> u64 {
         self.delivered
