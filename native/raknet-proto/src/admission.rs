@@ -333,19 +333,22 @@ impl Bans {
         if self.until.is_empty() {
             return false;
         }
+        // No allocation per lookup (every datagram of a server with bans comes here): an
+        // expired ban met on the way is dropped after the walk.
         let host = host_prefix_len(ip);
-        let lens: Vec<u8> = self.lens.keys().copied().filter(|&l| l <= host).collect();
-        for len in lens {
+        let mut expired = None;
+        for &len in self.lens.keys().filter(|&&l| l <= host) {
             let key = (prefix(ip, len), len);
             match self.until.get(&key) {
                 None => {}
                 Some(None) => return true,
                 Some(Some(t)) if *t > now_ms => return true,
-                Some(Some(_)) => {
-                    self.until.remove(&key);
-                    self.forget_len(len);
-                }
+                Some(Some(_)) => expired = Some(key),
             }
+        }
+        if let Some(key) = expired {
+            self.until.remove(&key);
+            self.forget_len(key.1);
         }
         false
     }
