@@ -24,6 +24,41 @@ fn pair_with(server: EndpointConfig) -> (Pair, ConnId) {
     (p, s)
 }
 
+/// Connect a client at 127.0.0.`host`:4000 to the shared `server` (a pair drives it while
+/// the client connects and `f` runs), and return what `f` returns. `f` gets the pair and the
+/// server's id of the connection.
+fn with_client<T>(
+    server: &mut Endpoint,
+    seed: u64,
+    host: u16,
+    f: impl FnOnce(&mut Pair, ConnId) -> T,
+) -> T {
+    let mut p = Pair::new(
+        seed,
+        EndpointConfig::default(),
+        EndpointConfig::default(),
+        LinkConfig::default(),
+    );
+    std::mem::swap(&mut p.server, server);
+    p.client_addr = format!("127.0.0.{host}:4000").parse().unwrap();
+    let (_, s) = p.connect();
+    let out = f(&mut p, s);
+    std::mem::swap(&mut p.server, server);
+    out
+}
+
+/// `n` one-KB reliable-ordered messages behind ordering index 0, which never comes.
+fn pile_behind_a_gap(p: &mut Pair, n: u32) {
+    for i in 0..n {
+        let msg = Bytes::from(vec![0x86; 1000]);
+        p.server.handle(
+            p.now,
+            p.client_addr,
+            datagram(1000 + i, &[ordered(1000 + i, 1 + i, msg)]),
+        );
+    }
+}
+
 /// Hand `d` to the server as if the client sent it.
 fn inject(p: &mut Pair, d: Bytes) {
     p.server.handle(p.now, p.client_addr, d);
@@ -174,26 +209,15 @@ fn the_endpoint_budget_bounds_all_connections_together() {
     // Ten clients, each asking to hold 30 KB behind a gap: 300 KB asked.
     let mut clients = Vec::new();
     for c in 0..10u16 {
-        let mut p = Pair::new(
+        clients.push(with_client(
+            &mut server,
             u64::from(c) + 10,
-            EndpointConfig::default(),
-            EndpointConfig::default(),
-            LinkConfig::default(),
-        );
-        // The pair drives the one shared server while this client connects and sends.
-        std::mem::swap(&mut p.server, &mut server);
-        p.client_addr = format!("127.0.0.{}:4000", c + 2).parse().unwrap();
-        let (_, s) = p.connect();
-        for i in 0..30u32 {
-            let msg = Bytes::from(vec![0x86; 1000]);
-            p.server.handle(
-                p.now,
-                p.client_addr,
-                datagram(1000 + i, &[ordered(1000 + i, 1 + i, msg)]),
-            );
-        }
-        std::mem::swap(&mut p.server, &mut server);
-        clients.push((p.now, s));
+            c + 2,
+            |p, s| {
+                pile_behind_a_gap(p, 30);
+                (p.now, s)
+            },
+        ));
     }
     let total = server.stats().buffered_bytes;
     // The open half (50 KB) is taken, then each later client holds its share.
@@ -237,25 +261,16 @@ fn a_players_split_messages_get_through_while_others_hold_the_open_half() {
     let mut server = Endpoint::new(config(limits), "127.0.0.1:19132".parse().unwrap(), start);
     let mut others = Vec::new();
     for c in 0..3u16 {
-        let mut p = Pair::new(
-            u64::from(c) + 40,
-            EndpointConfig::default(),
-            EndpointConfig::default(),
-            LinkConfig::default(),
-        );
-        std::mem::swap(&mut p.server, &mut server);
-        p.client_addr = format!("127.0.0.{}:4000", c + 2).parse().unwrap();
-        others.push(p.connect().1);
         // 1 MiB of messages behind ordering index 0, which never comes.
-        for i in 0..1000u32 {
-            let msg = Bytes::from(vec![0x86; 1000]);
-            p.server.handle(
-                p.now,
-                p.client_addr,
-                datagram(1000 + i, &[ordered(1000 + i, 1 + i, msg)]),
-            );
-        }
-        std::mem::swap(&mut p.server, &mut server);
+        others.push(with_client(
+            &mut server,
+            u64::from(c) + 40,
+            c + 2,
+            |p, s| {
+                pile_behind_a_gap(p, 1000);
+                s
+            },
+        ));
     }
     let held = server.stats().buffered_bytes;
     assert!(held >= (1 << 19), "the open half is taken: {held}");
@@ -400,16 +415,12 @@ fn the_send_budget_is_shared_fairly() {
     let mut server = Endpoint::new(config(limits), "127.0.0.1:19132".parse().unwrap(), start);
     let mut conns = Vec::new();
     for c in 0..3u16 {
-        let mut p = Pair::new(
+        conns.push(with_client(
+            &mut server,
             u64::from(c) + 60,
-            EndpointConfig::default(),
-            EndpointConfig::default(),
-            LinkConfig::default(),
-        );
-        std::mem::swap(&mut p.server, &mut server);
-        p.client_addr = format!("127.0.0.{}:4000", c + 2).parse().unwrap();
-        conns.push((p.now, p.connect().1));
-        std::mem::swap(&mut p.server, &mut server);
+            c + 2,
+            |p, s| (p.now, s),
+        ));
     }
     // Nothing is transmitted (the peers read nothing): queue 1 KB messages until refused.
     let queued: Vec<usize> = conns
