@@ -87,6 +87,14 @@ const SLOT_HOLD_PORTS: usize = 64;
 const GAP_HOLD_CONNS: usize = 34;
 /// The one-byte reliable-ordered frames one gap-hold datagram carries.
 const GAP_HOLD_FRAMES: usize = 120;
+/// Datagrams a second the spoof attack forges from the long-lived player's address.
+const SPOOF_RATE: f64 = 400.0;
+/// While the spoof attack runs, the long-lived player loses one in this many of the server's
+/// datagrams, so that a forged ACK that stopped resends would show as lost echoes.
+const SPOOF_DROP_EVERY: u32 = 10;
+/// The sequence number of the echo requests the spoof attack forges: the player counts any
+/// echo of it that reaches it.
+const INJECT_SEQ: u64 = u64::MAX - 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attack {
@@ -108,9 +116,10 @@ enum Attack {
     SlotHold,
     FrameFlood,
     SlowReader,
+    Spoof,
 }
 
-const ALL_ATTACKS: [Attack; 18] = [
+const ALL_ATTACKS: [Attack; 19] = [
     Attack::Baseline,
     Attack::Ocr2,
     Attack::Ocr2PlayersIp,
@@ -129,6 +138,7 @@ const ALL_ATTACKS: [Attack; 18] = [
     Attack::SlotHold,
     Attack::FrameFlood,
     Attack::SlowReader,
+    Attack::Spoof,
 ];
 
 impl Attack {
@@ -152,6 +162,7 @@ impl Attack {
             Attack::SlotHold => "slot-hold",
             Attack::FrameFlood => "frame-flood",
             Attack::SlowReader => "slow-reader",
+            Attack::Spoof => "spoof",
         }
     }
 
@@ -563,6 +574,14 @@ struct Log {
     steady_connected: bool,
     /// The GUID of the long-lived client's current connection (the takeover's target).
     steady_guid: Option<u64>,
+    /// The long-lived client's address and port (the spoof attack's target).
+    steady_addr: Option<SocketAddr>,
+    /// Times the long-lived client's connection ended under it.
+    steady_lost: u32,
+    /// Echoes of [`INJECT_SEQ`] the long-lived client received.
+    injected_seen: u32,
+    /// Non-zero: the long-lived client drops one in this many datagrams it receives.
+    steady_drop_every: u32,
 }
 
 type SharedLog = Arc<Mutex<Log>>;
@@ -582,6 +601,9 @@ struct Client {
     conn: ConnId,
     rx: Vec<u8>,
     tx: Vec<u8>,
+    /// Non-zero: drop one in this many datagrams received (a lossy link).
+    drop_every: u32,
+    received: u32,
 }
 
 impl Client {
@@ -602,6 +624,8 @@ impl Client {
             conn,
             rx: vec![0; 2048],
             tx: Vec::with_capacity(2048),
+            drop_every: 0,
+            received: 0,
         })
     }
 
@@ -621,6 +645,7 @@ impl Client {
                 if r.is_ok() {
                     for _ in 0..256 {
                         match self.sock.try_recv_from(&mut self.rx) {
+                            Ok(_) if self.lose() => {}
                             Ok((n, from)) => self.ep.handle(
                                 Instant::now(),
                                 from,
@@ -639,6 +664,12 @@ impl Client {
             events.push(e);
         }
         self.flush().await;
+    }
+
+    /// Whether the datagram just received is lost (see [`Self::drop_every`]).
+    fn lose(&mut self) -> bool {
+        self.received = self.received.wrapping_add(1);
+        self.drop_every > 0 && self.received % self.drop_every == 0
     }
 
     fn send_echo(&mut self, seq: u64) -> bool {
@@ -778,6 +809,7 @@ async fn steady(server: SocketAddr, log: SharedLog, stop: Arc<AtomicBool>, hard_
             }
             l.steady_connected = connected && !failed;
             l.steady_guid = Some(c.ep.guid());
+            l.steady_addr = c.sock.local_addr().ok();
         });
         outage_since = now;
         if !connected || failed {
@@ -788,11 +820,16 @@ async fn steady(server: SocketAddr, log: SharedLog, stop: Arc<AtomicBool>, hard_
         let mut next = Instant::now();
         let mut lost = false;
         while !lost && !stop.load(Ordering::Relaxed) && Instant::now() < hard_end {
+            c.drop_every = with_log(&log, |l| l.steady_drop_every);
             c.turn(next, &mut events).await;
             let now = Instant::now();
             let mut done = Vec::new();
+            let mut injected = 0;
             for e in events.drain(..) {
                 match e {
+                    Event::Message { payload, .. } if echo_seq(&payload) == Some(INJECT_SEQ) => {
+                        injected += 1;
+                    }
                     Event::Message { payload, .. } => {
                         if let Some(s) = echo_seq(&payload) {
                             if let Some(pos) = outstanding.iter().position(|(k, _)| *k == s) {
@@ -832,8 +869,12 @@ async fn steady(server: SocketAddr, log: SharedLog, stop: Arc<AtomicBool>, hard_
                     next = now + STEADY_INTERVAL;
                 }
             }
-            if !done.is_empty() {
-                with_log(&log, |l| l.echoes.append(&mut done));
+            if !done.is_empty() || injected > 0 || lost {
+                with_log(&log, |l| {
+                    l.echoes.append(&mut done);
+                    l.injected_seen += injected;
+                    l.steady_lost += u32::from(lost);
+                });
             }
         }
         with_log(&log, |l| l.steady_connected = false);
@@ -1953,6 +1994,187 @@ async fn guid_takeover(
     ))
 }
 
+/// Datagrams forged from the long-lived player's exact address and port by a forger who
+/// knows none of its counters: an unreliable 0x15, or an unreliable echo request the server
+/// would answer to the player, each in a blind pair of datagrams numbered S and S + 2^23 (one
+/// of which is always "ahead" of the server's window); and an ACK and a NAK of every number
+/// (which, if taken, would stop the server resending what the player lost: it drops one in
+/// [`SPOOF_DROP_EVERY`] of the server's datagrams meanwhile).
+async fn spoof(
+    ctx: &Ctx,
+    end: Instant,
+    traffic: &Rc<Traffic>,
+    log: &SharedLog,
+) -> Result<String, String> {
+    let Some(SocketAddr::V4(player)) = with_log(log, |l| l.steady_addr) else {
+        return Err("the long-lived client never connected".into());
+    };
+    let SocketAddr::V4(server) = ctx.server else {
+        return Err("IPv4 only".into());
+    };
+    let forger = raw::Forger::open().map_err(|e| {
+        format!("no raw socket (forging a source address needs root or CAP_NET_RAW): {e}")
+    })?;
+    // The forger works: a ping forged from a socket of ours is answered to that socket.
+    let witness = UdpSocket::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("bind: {e}"))?;
+    let Ok(SocketAddr::V4(witness_addr)) = witness.local_addr() else {
+        return Err("no local address".into());
+    };
+    let ping = encode(&UnconnectedPing {
+        only_if_open: false,
+        time: now_ms(ctx.epoch),
+        client_guid: None,
+    });
+    forger
+        .send(witness_addr, server, &ping)
+        .map_err(|e| format!("forging a ping: {e}"))?;
+    let mut buf = [0u8; 2048];
+    match tokio::time::timeout(Duration::from_secs(1), witness.recv_from(&mut buf)).await {
+        Ok(Ok((_, from))) if from == ctx.server && buf[0] == id::UNCONNECTED_PONG => {}
+        _ => return Err("a forged ping got no pong: forged datagrams do not arrive".into()),
+    }
+    let (lost0, injected0) = with_log(log, |l| {
+        l.steady_drop_every = SPOOF_DROP_EVERY;
+        (l.steady_lost, l.injected_seen)
+    });
+    let mut rng = Rng(seed());
+    let mut blind = 0u32;
+    let mut counts = [0u64; 4];
+    let every = AckRange {
+        start: DatagramSeq::ZERO,
+        end: DatagramSeq::MAX,
+    };
+    let mut inject = vec![ECHO_ID];
+    inject.extend_from_slice(&INJECT_SEQ.to_be_bytes());
+    paced(SPOOF_RATE, end, u64::MAX, |i| {
+        let pkt = match i % 6 {
+            0..=3 => {
+                if i % 2 == 0 {
+                    blind = rng.next() as u32 & 0xff_ffff;
+                }
+                let seq = blind.wrapping_add(if i % 2 == 0 { 0 } else { 1 << 23 }) & 0xff_ffff;
+                let payload = if i % 6 < 2 {
+                    vec![id::DISCONNECTION_NOTIFICATION]
+                } else {
+                    inject.clone()
+                };
+                counts[(i % 6 / 2) as usize] += 1;
+                let f = Frame::new(Reliability::Unreliable, Bytes::from(payload));
+                RawConn::datagram_at(seq, &[f])
+            }
+            4 => {
+                counts[2] += 1;
+                encode(&Ack {
+                    timestamp: None,
+                    arrival_rate: None,
+                    ranges: vec![every],
+                })
+            }
+            _ => {
+                counts[3] += 1;
+                encode(&Nak {
+                    ranges: vec![every],
+                })
+            }
+        };
+        match forger.send(player, server, &pkt) {
+            Ok(()) => traffic.sent(pkt.len()),
+            Err(_) => traffic.send_errors.set(traffic.send_errors.get() + 1),
+        }
+    })
+    .await;
+    // Let the server's answers (if any) reach the player before counting.
+    tokio::time::sleep(DRAIN_GRACE).await;
+    let (lost, injected) = with_log(log, |l| {
+        l.steady_drop_every = 0;
+        (l.steady_lost - lost0, l.injected_seen - injected0)
+    });
+    Ok(format!(
+        "forged from the player's {player} (losing 1 in {SPOOF_DROP_EVERY}): {} x 0x15 and \
+         {} echo requests, unreliable, in blind pairs S/S+2^23; {} ACKs and {} NAKs of every \
+         number. Player's connection lost {lost} times, {injected} injected echoes reached it",
+        counts[0], counts[1], counts[2], counts[3]
+    ))
+}
+
+/// Sending UDP datagrams with any source address (a raw IPv4 socket).
+#[cfg(target_os = "linux")]
+mod raw {
+    use std::io;
+    use std::net::SocketAddrV4;
+    use std::os::fd::{AsRawFd, OwnedFd};
+
+    use nix::sys::socket::{
+        sendto, socket, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn,
+    };
+
+    pub(super) struct Forger(OwnedFd);
+
+    impl Forger {
+        pub(super) fn open() -> io::Result<Self> {
+            let fd = socket(
+                AddressFamily::Inet,
+                SockType::Raw,
+                SockFlag::SOCK_NONBLOCK,
+                SockProtocol::Raw,
+            )?;
+            Ok(Self(fd))
+        }
+
+        /// Send `payload` in a UDP datagram from `from` to `to`. With `IPPROTO_RAW` we write
+        /// the IP header; the kernel fills in its checksum, and a UDP checksum of 0 means none.
+        pub(super) fn send(
+            &self,
+            from: SocketAddrV4,
+            to: SocketAddrV4,
+            payload: &[u8],
+        ) -> io::Result<()> {
+            let udp_len =
+                u16::try_from(8 + payload.len()).map_err(|_| io::ErrorKind::InvalidInput)?;
+            let total = udp_len + 20;
+            let mut pkt = Vec::with_capacity(usize::from(total));
+            pkt.extend_from_slice(&[0x45, 0]);
+            pkt.extend_from_slice(&total.to_be_bytes());
+            // Identification 0 (the kernel picks one), don't fragment, TTL 64, UDP.
+            pkt.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+            pkt.extend_from_slice(&from.ip().octets());
+            pkt.extend_from_slice(&to.ip().octets());
+            pkt.extend_from_slice(&from.port().to_be_bytes());
+            pkt.extend_from_slice(&to.port().to_be_bytes());
+            pkt.extend_from_slice(&udp_len.to_be_bytes());
+            pkt.extend_from_slice(&[0, 0]);
+            pkt.extend_from_slice(payload);
+            sendto(
+                self.0.as_raw_fd(),
+                &pkt,
+                &SockaddrIn::from(to),
+                MsgFlags::empty(),
+            )?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod raw {
+    use std::io;
+    use std::net::SocketAddrV4;
+
+    pub(super) struct Forger;
+
+    impl Forger {
+        pub(super) fn open() -> io::Result<Self> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+
+        pub(super) fn send(&self, _: SocketAddrV4, _: SocketAddrV4, _: &[u8]) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Measurement around each attack
 
@@ -2055,6 +2277,7 @@ async fn run_attack(
         Attack::SlotHold => slot_hold(ctx, end, &traffic).await,
         Attack::FrameFlood => frame_flood(ctx, end, &traffic).await,
         Attack::SlowReader => slow_reader(ctx, end, &traffic).await,
+        Attack::Spoof => spoof(ctx, end, &traffic, log).await,
     };
     let mut note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
     if traffic.send_errors.get() > 0 {
