@@ -224,6 +224,8 @@ defmodule RakNet.ClientEndpoint do
       guid: nil,
       max_pending_deliveries: 10_000,
       max_pending_bytes: 4_194_304,
+      # The application chose the server it connects to: no limit on its message rate.
+      max_messages_per_sec: nil,
       # One socket per endpoint, running on one of the node's shared client threads.
       shared_thread: true,
       # As a server's (RakNet.Server.Config.to_native/3): tests and benchmarks only.

@@ -37,8 +37,6 @@ pub(crate) struct EndpointOptions {
     pub(crate) send_full_fault: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
-    /// Most messages a second a peer may send (bursts of twice that); `None`: no limit.
-    pub(crate) max_messages_per_sec: Option<u32>,
 }
 
 fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<T, &'static str> {
@@ -114,6 +112,20 @@ fn shared_thread(map: Term<'_>) -> Result<Option<usize>, &'static str> {
 
 /// An optional key: absent (or `nil`) is `None`, so the engine default applies; present
 /// with the wrong type is an error naming the key.
+/// An optional key whose `nil` means something (off): `None` when absent, `Some(None)` for
+/// `nil`.
+fn nullable<'a, T: rustler::Decoder<'a>>(
+    map: Term<'a>,
+    key: &'static str,
+) -> Result<Option<Option<T>>, &'static str> {
+    let env = map.get_env();
+    let k = Atom::from_str(env, key).map_err(|_| key)?;
+    match map.map_get(k) {
+        Err(_) => Ok(None),
+        Ok(_) => opt(map, key).map(Some),
+    }
+}
+
 fn opt<'a, T: rustler::Decoder<'a>>(
     map: Term<'a>,
     key: &'static str,
@@ -212,6 +224,11 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             max_reliable_in_flight: in_flight.unwrap_or(Limits::default().max_reliable_in_flight),
             max_bbr_reliable_in_flight: in_flight
                 .unwrap_or(Limits::default().max_bbr_reliable_in_flight),
+            // Optional: absent keeps the engine's default; nil (or 0) is no limit.
+            max_messages_per_sec: nullable::<u32>(map, "max_messages_per_sec")?
+                .map_or(Limits::default().max_messages_per_sec, |n| {
+                    n.filter(|&n| n > 0)
+                }),
             ..Limits::default()
         },
         admission: admission(map)?,
@@ -247,8 +264,6 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         },
         inline_sends: get::<bool>(map, "inline_sends").unwrap_or(true),
         send_full_fault: get::<bool>(map, "send_full_fault").unwrap_or(false),
-        // Optional; nil or absent: no limit.
-        max_messages_per_sec: opt::<u32>(map, "max_messages_per_sec")?.filter(|&n| n > 0),
         config,
         budget: crate::resource::DeliveryBudget {
             messages: get::<usize>(map, "max_pending_deliveries")?.max(16),
@@ -335,6 +350,9 @@ pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
             DisconnectReason::LimitExceeded(Limit::SendBacklog) => {
                 (atoms::limit_exceeded(), atoms::send_backlog()).encode(env)
             }
+            DisconnectReason::LimitExceeded(Limit::MessageRate) => {
+                (atoms::limit_exceeded(), atoms::message_rate()).encode(env)
+            }
             DisconnectReason::ProtocolViolation(text) => {
                 (atoms::protocol_violation(), *text).encode(env)
             }
@@ -345,7 +363,6 @@ pub(crate) fn disconnect_reason<'a>(env: Env<'a>, reason: &Reason) -> Term<'a> {
             .binary_to_term(term)
             .map_or_else(|| atoms::local_close().encode(env), |(t, _)| t),
         Reason::Overloaded => atoms::overloaded().encode(env),
-        Reason::MessageRate => (atoms::limit_exceeded(), atoms::message_rate()).encode(env),
         Reason::EndpointDown => atoms::endpoint_down().encode(env),
     }
 }
@@ -402,8 +419,6 @@ pub(crate) enum Reason {
     /// external term format until the owner is told.
     Closed(Vec<u8>),
     Overloaded,
-    /// The peer sent over the endpoint's `max_messages_per_sec`.
-    MessageRate,
     /// The endpoint's thread ended without closing the connection (it panicked).
     EndpointDown,
 }
@@ -439,6 +454,7 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("provisional_datagrams", s.provisional_datagrams),
         ("untrusted_dropped", s.untrusted_dropped),
         ("ack_numbers_ignored", s.ack_numbers_ignored),
+        ("forged_acks", s.forged_acks),
         ("naks_ignored", s.naks_ignored),
         ("unknown_internal", s.unknown_internal),
         ("send_queue_bytes", s.send_queue_bytes as u64),

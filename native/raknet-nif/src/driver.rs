@@ -68,8 +68,6 @@ struct Slot {
     connected: bool,
     /// Messages (and a final disconnect) waiting for an owner.
     held: VecDeque<Held>,
-    /// Engine receipt id → the id `conn_send` returned.
-    receipts: OwnKeyMap<ReceiptId, u32>,
     /// The application was already told the connection ended.
     reported: bool,
     dropped: u64,
@@ -93,16 +91,6 @@ struct Slot {
     unsettled: usize,
     /// Closed as overloaded (its owner, if any, was told so).
     overloaded: bool,
-    /// The endpoint's `max_messages_per_sec`: the tokens left (thousandths of a message)
-    /// and when they were counted; `over_rate` once the peer went over it (and was closed).
-    rate_tokens: u64,
-    rate_at: Option<Instant>,
-    over_rate: bool,
-    /// When receiving was paused (back-pressure, or no owner yet), and the messages the
-    /// peer may send beyond the rate once it resumes (thousandths): what it was kept from
-    /// sending meanwhile comes again at once, and is not the peer going too fast.
-    paused_at: Option<Instant>,
-    rate_credit: u64,
 }
 
 /// The local address each peer without a connection (pings, handshakes) last sent to, for a
@@ -653,14 +641,15 @@ impl Driver {
         if slot.owe(send_cost(data.len())) {
             self.unsettled.push(id);
         }
-        match self.endpoint.send(now, id, data, opts) {
-            Ok(Some(engine_id)) => {
-                if let Some(user_id) = receipt {
-                    slot.receipts.insert(engine_id, user_id);
-                }
-                None
-            }
-            Ok(None) => None,
+        // The id `conn_send` returned travels through the engine as the receipt's own.
+        let sent = match receipt {
+            Some(tag) => self
+                .endpoint
+                .send_tagged(now, id, data, opts, ReceiptId(tag)),
+            None => self.endpoint.send(now, id, data, opts).map(|_| ()),
+        };
+        match sent {
+            Ok(()) => None,
             Err(_) => {
                 slot.dropped += 1;
                 receipt
@@ -750,7 +739,6 @@ impl Driver {
                     self.endpoint.set_receive_paused(now, id, false);
                     if let Some(slot) = self.conns.get_mut(&id) {
                         slot.stall = None;
-                        slot.resumed(now, self.me.max_messages_per_sec);
                     }
                 }
             }
@@ -962,7 +950,6 @@ impl Driver {
                 + held
                 + vec(&slot.batch)
                 + batch
-                + map(&slot.receipts)
                 + slot.close_reason.as_ref().map_or(0, Vec::capacity);
         }
         delivery += vec(&self.batched) + vec(&self.unsettled) + vec(&self.lost);
@@ -1063,7 +1050,6 @@ impl Driver {
             self.endpoint.set_receive_paused(now, id, false);
             if let Some(slot) = self.conns.get_mut(&id) {
                 slot.stall = None;
-                slot.resumed(now, self.me.max_messages_per_sec);
             }
         } else if let Some(slot) = self.conns.get_mut(&id).filter(|s| s.stall.is_some()) {
             // Still paused until the owner catches up: its progress counts from now, not
@@ -1083,7 +1069,6 @@ impl Driver {
         slot.res.paused.store(true, Ordering::SeqCst);
         let now = Instant::now();
         slot.stall = Some((now, slot.res.undelivered.load(Ordering::SeqCst)));
-        slot.paused(now);
         self.endpoint.set_receive_paused(now, conn, true);
         self.next_stall_check.get_or_insert(now + STALL_CHECK);
     }
@@ -1293,16 +1278,6 @@ impl Driver {
                 let Some(slot) = self.conns.get_mut(&conn) else {
                     return;
                 };
-                if slot.over_rate {
-                    slot.dropped += 1;
-                    return;
-                }
-                if let Some(per_sec) = self.me.max_messages_per_sec {
-                    if !slot.take_message(per_sec, Instant::now()) {
-                        self.over_rate(conn, per_sec);
-                        return;
-                    }
-                }
                 match slot.owner {
                     Some(pid) => {
                         let (messages, bytes) = count_delivery(&slot.res, payload.len());
@@ -1357,10 +1332,10 @@ impl Driver {
                 let Some(slot) = self.conns.get_mut(&conn) else {
                     return;
                 };
-                let (Some(user_id), Some(pid)) = (slot.receipts.remove(&receipt), slot.owner)
-                else {
+                let Some(pid) = slot.owner else {
                     return;
                 };
+                let user_id = receipt.0;
                 let res = slot.res.clone();
                 let fate = if acked { atoms::acked() } else { atoms::lost() };
                 let _ = self.env.send_and_clear(&pid, |env| {
@@ -1391,7 +1366,6 @@ impl Driver {
                 slot.reported = true;
                 let why = match (reason, slot.close_reason.take()) {
                     (DisconnectReason::LocalClose, _) if slot.overloaded => Reason::Overloaded,
-                    (DisconnectReason::LocalClose, _) if slot.over_rate => Reason::MessageRate,
                     (DisconnectReason::LocalClose, Some(term)) => Reason::Closed(term),
                     (reason, _) => Reason::Engine(reason),
                 };
@@ -1467,7 +1441,6 @@ impl Driver {
         }
         let now = Instant::now();
         slot.stall = Some((now, messages));
-        slot.paused(now);
         self.endpoint.set_receive_paused(now, conn, true);
         self.next_stall_check.get_or_insert(now + STALL_CHECK);
     }
@@ -1518,29 +1491,6 @@ impl Driver {
                 "closed an overloaded connection: its owner handled none of its messages for {} ms",
                 timeout.as_millis()
             ),
-        );
-    }
-
-    /// The peer of `conn` sent over `per_sec` messages a second (bursts of twice that): it
-    /// is closed, its owner told `{:limit_exceeded, :message_rate}` after the messages
-    /// delivered before, and what it sends from now on is dropped. Counted where it arrives,
-    /// so a handler that falls behind does not make its peer look faster than it is.
-    fn over_rate(&mut self, conn: ConnId, per_sec: u32) {
-        self.deliver_batch(conn);
-        let Some(slot) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        slot.over_rate = true;
-        slot.dropped += 1;
-        if let (Some(pid), false) = (slot.owner, slot.reported) {
-            slot.reported = true;
-            send_disconnect(&mut self.env, &pid, &slot.res, Reason::MessageRate);
-        }
-        slot.res.closed.store(true, Ordering::Relaxed);
-        self.endpoint.close(Instant::now(), conn);
-        self.log(
-            true,
-            format!("closed a connection whose peer sent over {per_sec} messages a second"),
         );
     }
 
@@ -1617,49 +1567,6 @@ impl Drop for Driver {
 }
 
 impl Slot {
-    /// One more message from the peer under a limit of `per_sec` a second, with bursts of
-    /// twice that (a token bucket): `false` when it is over.
-    fn take_message(&mut self, per_sec: u32, now: Instant) -> bool {
-        if self.rate_credit >= 1_000 {
-            self.rate_credit -= 1_000;
-            return true;
-        }
-        let per_sec = u64::from(per_sec);
-        let full = 2 * per_sec * 1_000;
-        let tokens = match self.rate_at {
-            None => full,
-            Some(at) => {
-                // Two seconds fill the bucket: no longer wait counts (nor overflows).
-                let waited = now
-                    .saturating_duration_since(at)
-                    .min(Duration::from_secs(2));
-                let earned = waited.as_micros() as u64 * per_sec / 1_000;
-                self.rate_tokens.saturating_add(earned).min(full)
-            }
-        };
-        self.rate_at = Some(now);
-        let ok = tokens >= 1_000;
-        self.rate_tokens = if ok { tokens - 1_000 } else { tokens };
-        ok
-    }
-
-    /// Receiving from the peer is paused (back-pressure, or no owner yet).
-    fn paused(&mut self, now: Instant) {
-        self.paused_at.get_or_insert(now);
-    }
-
-    /// Receiving resumes: under a rate limit the peer may send what it was kept from sending
-    /// while paused (at the rate, up to a minute's worth) on top of the rate.
-    fn resumed(&mut self, now: Instant, per_sec: Option<u32>) {
-        if let (Some(at), Some(per_sec)) = (self.paused_at.take(), per_sec) {
-            let paused = now
-                .saturating_duration_since(at)
-                .min(Duration::from_secs(60));
-            let credit = paused.as_micros() as u64 * u64::from(per_sec) / 1_000;
-            self.rate_credit = self.rate_credit.saturating_add(credit);
-        }
-    }
-
     /// Count `bytes` of a send just handed to the engine, for [`Driver::settle`]; `true` when
     /// they are the first since the last settle (the connection joins `Driver::unsettled`).
     fn owe(&mut self, bytes: usize) -> bool {
@@ -1675,7 +1582,6 @@ impl Slot {
             role,
             connected: false,
             held: VecDeque::new(),
-            receipts: OwnKeyMap::default(),
             reported: false,
             dropped: 0,
             stall: None,
@@ -1686,11 +1592,6 @@ impl Slot {
             server: None,
             unsettled: 0,
             overloaded: false,
-            rate_tokens: 0,
-            rate_at: None,
-            over_rate: false,
-            paused_at: None,
-            rate_credit: 0,
         }
     }
 }

@@ -355,7 +355,6 @@ fn start_endpoints<'a>(
             budget: options.budget,
             fault_injection: options.fault_injection,
             batch_delivery: options.batch_delivery,
-            max_messages_per_sec: options.max_messages_per_sec,
             load: AtomicUsize::new(0),
             servers: std::sync::Mutex::default(),
         });

@@ -65,8 +65,6 @@ pub(crate) struct EndpointResource {
     pub(crate) fault_injection: bool,
     /// Deliver the messages a connection yields at once as one `{:raknet_batch, ...}`.
     pub(crate) batch_delivery: bool,
-    /// Most messages a second a peer may send (bursts of twice that); `None`: no limit.
-    pub(crate) max_messages_per_sec: Option<u32>,
     /// Connections the endpoint holds (connecting ones included), as of its thread's last
     /// loop turn: what `endpoint_load` reads without asking the thread.
     pub(crate) load: AtomicUsize,

@@ -280,6 +280,88 @@ pub fn host_prefix_len(ip: IpAddr) -> u8 {
     }
 }
 
+/// A network: a prefix and its length in bits (`(2001:db8::, 48)`).
+pub(crate) type Network = (IpAddr, u8);
+
+/// The networks a per-host limit also bounds, with their caps: the host (an IPv4 address,
+/// an IPv6 /64) at `per_host`, and wider networks at growing multiples of it, so that one
+/// provider's addresses cannot take what everyone shares: an IPv6 /56 (256 /64s, what a
+/// provider gives one customer) at twice it, a /48 (65,536 /64s, what a free tunnel broker
+/// gives anyone) at four times, an IPv4 /24 at four times.
+pub(crate) fn network_caps(ip: IpAddr, per_host: usize) -> Vec<(Network, usize)> {
+    let host = host_prefix_len(ip);
+    let wider: &[(u8, usize)] = if host == 32 {
+        &[(24, 4)]
+    } else {
+        &[(56, 2), (48, 4)]
+    };
+    std::iter::once(((prefix(ip, host), host), per_host))
+        .chain(
+            wider
+                .iter()
+                .map(|&(len, times)| ((prefix(ip, len), len), per_host.saturating_mul(times))),
+        )
+        .collect()
+}
+
+/// How many of something each network holds (every host and the wider networks of
+/// [`network_caps`]), and how many in all: connections, unproven connections.
+#[derive(Debug, Default)]
+pub(crate) struct NetworkCounts {
+    by_network: HashMap<Network, usize>,
+    total: usize,
+}
+
+impl NetworkCounts {
+    /// How many in all.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    /// How many `ip`'s host (an IPv4 address, an IPv6 /64) holds.
+    pub(crate) fn of_host(&self, ip: IpAddr) -> usize {
+        let len = host_prefix_len(ip);
+        self.by_network
+            .get(&(prefix(ip, len), len))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Whether `ip`'s host, or one of its wider networks, holds its cap (`per_host` for the
+    /// host, see [`network_caps`]).
+    pub(crate) fn full(&self, ip: IpAddr, per_host: usize) -> bool {
+        network_caps(ip, per_host)
+            .iter()
+            .any(|(net, cap)| self.by_network.get(net).copied().unwrap_or(0) >= *cap)
+    }
+
+    /// Count one more for `ip`.
+    pub(crate) fn add(&mut self, ip: IpAddr) {
+        for (net, _) in network_caps(ip, 0) {
+            *self.by_network.entry(net).or_insert(0) += 1;
+        }
+        self.total += 1;
+    }
+
+    /// Count one less for `ip` (one that [`Self::add`] counted).
+    pub(crate) fn remove(&mut self, ip: IpAddr) {
+        for (net, _) in network_caps(ip, 0) {
+            if let Some(n) = self.by_network.get_mut(&net) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.by_network.remove(&net);
+                }
+            }
+        }
+        self.total = self.total.saturating_sub(1);
+    }
+
+    /// Heap bytes held (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        crate::memory::map(&self.by_network)
+    }
+}
+
 /// Banned networks, each until a deadline (milliseconds on the endpoint clock) or forever:
 /// an IPv4 address or prefix (`/24`), an IPv6 prefix of at most 64 bits (a longer one is
 /// taken as its /64, the network one subscriber gets). The operator fills it, not peers;

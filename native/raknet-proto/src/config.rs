@@ -87,6 +87,12 @@ pub struct Limits {
     /// the peer's 0x09 and 0x13, a client's until the server's 0x10); more are refused
     /// until it ends. They count against [`Limits::max_reassembly_bytes`] too. Default 64.
     pub max_early_messages: usize,
+    /// Most messages a second a peer may send, sustained, with bursts of twice that; a peer
+    /// over it is closed with [`crate::Limit::MessageRate`] (each message is a handler call:
+    /// one 1,464-byte datagram holds 365 four-byte messages). While the application pauses
+    /// receiving, the peer earns what it is kept from sending (up to a minute's worth).
+    /// `None`: no limit. Default 1,000.
+    pub max_messages_per_sec: Option<u32>,
 }
 
 impl Limits {
@@ -175,6 +181,7 @@ impl Default for Limits {
             max_bbr_reliable_in_flight: 16_384,
             max_connections: 1024,
             max_early_messages: 64,
+            max_messages_per_sec: Some(1_000),
         }
     }
 }
@@ -199,7 +206,9 @@ pub struct AdmissionLimits {
     /// cookie is dropped until one completes or expires; without cookies one takes the
     /// place of that IP's oldest unproven handshake (spoofed or not, they look the same), so
     /// without cookies spoofing a player's IP keeps that player out only at a full share per
-    /// round trip of the player. Default 64.
+    /// round trip of the player. Wider networks have caps of their own, at multiples of
+    /// this: an IPv6 /56 twice, a /48 and an IPv4 /24 four times (as for
+    /// [`max_connections_per_ip`](Self::max_connections_per_ip)). Default 64.
     pub max_half_open_per_ip: usize,
     /// Most connections one IP (IPv6: one /64) may hold; OCR2 beyond it gets 0x14. Wider
     /// networks have growing caps: an IPv6 /56 twice this, a /48 four times, an IPv4 /24
@@ -237,7 +246,8 @@ pub struct AdmissionLimits {
     /// Connections whose 0x13 did not echo our time (accepted only while calm: see
     /// [`CookieMode`]) held at once, over all IPs. Default 256.
     pub max_unproven: usize,
-    /// Of those, the most from one IP (IPv6: one /64). Default 16.
+    /// Of those, the most from one IP (IPv6: one /64); an IPv6 /56 twice this, a /48 and an
+    /// IPv4 /24 four times. Default 16.
     pub max_unproven_per_ip: usize,
 }
 

@@ -29,6 +29,7 @@ use crate::message::{
     OfflineMessage, OpenConnectionRequest1, OpenConnectionRequest2, Timestamped,
 };
 use crate::recv::ordering::{Channel, Holdable, Outcome};
+use crate::recv::rate::MessageRate;
 use crate::recv::reassembly::{Reassembly, Refusal};
 use crate::recv::reliable::{Check, ReliableWindow};
 use crate::recv::window::{fingerprint, AckRepeats, Arrival, DatagramWindow, PendingRanges};
@@ -36,7 +37,7 @@ use crate::reliability::Reliability;
 use crate::rtt::{RttEstimator, MAX_RTO};
 use crate::send::flight::{Flight, ReceiptOutcome, Sent};
 use crate::send::queue::{Priority, ReceiptId, SendOptions, SendQueue};
-use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
+use crate::seq::{DatagramSeq, MessageIndex, OrderIndex, U24_MODULUS};
 use crate::stats::ConnectionStats;
 
 /// Connected pings answered per second at most (official pings every 5 s, go-raknet every
@@ -348,6 +349,10 @@ pub(crate) struct Connection {
     backlog_mark: Option<(Instant, usize, u64)>,
     /// Connected pongs we may still send: a peer flooding pings must not fill our queue.
     pong_bucket: TokenBucket,
+    /// The peer's message rate ([`Limits::max_messages_per_sec`]); once it went over, the
+    /// connection closes and its messages are dropped.
+    rate: MessageRate,
+    over_rate: bool,
     /// Datagrams left unacknowledged while paused, NAKed on resuming so that the peer sends
     /// them again at once instead of after its retransmission timeout. Bounded.
     refused_while_paused: Vec<DatagramSeq>,
@@ -445,6 +450,11 @@ impl Connection {
             sending: MemoryShare::default(),
             backlog_mark: None,
             pong_bucket: TokenBucket::new(PONGS_PER_SECOND, PONG_BURST, now),
+            rate: MessageRate::new(
+                config.limits.max_messages_per_sec,
+                now.saturating_duration_since(epoch).as_millis() as u64,
+            ),
+            over_rate: false,
             refused_while_paused: Vec::new(),
             ack_timestamp: None,
             reassembly: Reassembly::default(),
@@ -649,11 +659,14 @@ impl Connection {
 
     // ---- application commands ------------------------------------------------------
 
+    /// Queue `payload`. A reliability with a receipt gets `tag` as its [`ReceiptId`], or
+    /// the next one of the connection's own if `None`.
     pub(crate) fn send(
         &mut self,
         now: Instant,
         payload: Bytes,
         opts: SendOptions,
+        tag: Option<ReceiptId>,
     ) -> Result<Option<ReceiptId>, SendError> {
         match self.state {
             State::Connected => {}
@@ -681,9 +694,11 @@ impl Connection {
             return Err(SendError::QueueFull);
         }
         let receipt = opts.reliability.has_receipt().then(|| {
-            let id = ReceiptId(self.next_receipt);
-            self.next_receipt = self.next_receipt.checked_add(1).unwrap_or(1);
-            id
+            tag.unwrap_or_else(|| {
+                let id = ReceiptId(self.next_receipt);
+                self.next_receipt = self.next_receipt.checked_add(1).unwrap_or(1);
+                id
+            })
         });
         let parts = self
             .queue
@@ -891,6 +906,12 @@ impl Connection {
         self.stats.bytes_in += datagram.len() as u64;
         match Datagram::decode(datagram, self.config.datagram_timestamps) {
             Err(_) => self.stats.malformed += 1,
+            Ok(Datagram::Ack(ack)) if self.reaches_unsent(&ack.ranges) => {
+                self.stats.forged_acks += 1;
+            }
+            Ok(Datagram::Nak(nak)) if self.reaches_unsent(&nak.ranges) => {
+                self.stats.forged_acks += 1;
+            }
             Ok(Datagram::Ack(ack)) => {
                 let before = self.flight.counters.acked_datagrams;
                 let unacked = self.flight.reliable_in_flight();
@@ -946,6 +967,18 @@ impl Connection {
             }
         }
         self.sending.set(self.send_backlog());
+    }
+
+    /// Whether a range of this ACK or NAK holds a datagram number we have not sent yet: the
+    /// next one, or any in the half of the number space ahead of it. A peer acknowledges only
+    /// what it received, so such an ACK is forged; a blind forger, who knows none of our
+    /// counters, would have to cover the whole space to reach what is in flight, and so
+    /// always reaches past it. The whole ACK is ignored, not only those numbers.
+    fn reaches_unsent(&self, ranges: &[AckRange]) -> bool {
+        ranges.iter().any(|r| {
+            self.next_seq.distance_from(r.start) < r.len()
+                || r.start.distance_from(self.next_seq) < U24_MODULUS / 2
+        })
     }
 
     /// Visit the numbers in `ranges` that we keep a record of (sent and not long resolved),
@@ -1219,6 +1252,14 @@ impl Connection {
                     self.stats.unknown_internal += 1;
                     return;
                 }
+                if self.over_rate || !self.rate.take(now_ms) {
+                    self.stats.refused_over_limit += 1;
+                    if !self.over_rate {
+                        self.over_rate = true;
+                        self.close(now, DisconnectReason::LimitExceeded(Limit::MessageRate));
+                    }
+                    return;
+                }
                 let (payload, transit) = self.transit(now_ms, payload);
                 match state {
                     State::Connected | State::Closing { .. } => {
@@ -1345,7 +1386,11 @@ impl Connection {
             return;
         }
         self.paused = paused;
-        if !paused {
+        let now_ms = self.time_ms(now);
+        if paused {
+            self.rate.pause(now_ms);
+        } else {
+            self.rate.resume(now_ms);
             for seq in std::mem::take(&mut self.refused_while_paused) {
                 self.naks.push(now, seq);
             }

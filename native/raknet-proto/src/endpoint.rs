@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::addr;
-use crate::admission::{ip_key, Bans, IpRates, KnownIps, TokenBucket};
+use crate::admission::{Bans, IpRates, KnownIps, NetworkCounts, TokenBucket};
 use crate::codec::Encode;
 use crate::config::{CongestionControl, EndpointConfig};
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
@@ -171,8 +171,8 @@ pub struct EndpointStats {
     pub reservations_lapsed: u64,
     /// Half-open handshakes forgotten to make room for newer ones.
     pub half_open_evicted: u64,
-    /// OCR2s from an IP with `max_half_open_per_ip` handshakes of their kind under way:
-    /// proven ones dropped, unproven ones admitted in place of that IP's oldest.
+    /// OCR2s from an IP (or a wider network) with its share of `max_half_open_per_ip`
+    /// handshakes under way: unproven ones there give way, else the newcomer is dropped.
     pub half_open_per_ip_full: u64,
     /// OCR2 refused with 0x14 because its IP had `max_connections_per_ip` connections.
     pub refused_ip_connections: u64,
@@ -253,8 +253,8 @@ pub struct EndpointStats {
 pub struct EndpointGroup {
     live: AtomicUsize,
     /// Connections by network: each host (an IPv4 address, an IPv6 /64) and the wider
-    /// networks [`network_caps`] names.
-    per_ip: Mutex<HashMap<(IpAddr, u8), usize>>,
+    /// networks [`network_caps`](crate::admission::network_caps) names.
+    per_ip: Mutex<NetworkCounts>,
     buffered: Arc<AtomicUsize>,
     /// Bytes queued or unacknowledged for sending, all connections together
     /// ([`Limits::max_endpoint_send_bytes`](crate::Limits::max_endpoint_send_bytes)).
@@ -300,20 +300,16 @@ impl EndpointGroup {
     /// Connections from `ip` (IPv6: from its /64, see [`ip_key`]) on every endpoint of the
     /// group.
     pub fn connections_from(&self, ip: IpAddr) -> usize {
-        let key = (ip_key(ip), crate::admission::host_prefix_len(ip));
-        self.ip_map().get(&key).copied().unwrap_or(0)
+        self.ip_map().of_host(ip)
     }
 
     /// Whether `ip`'s host or one of its wider networks holds as many connections as
-    /// [`network_caps`] allows, `max_per_ip` for the host.
+    /// [`network_caps`](crate::admission::network_caps) allows, `max_per_ip` for the host.
     pub fn network_full(&self, ip: IpAddr, max_per_ip: usize) -> bool {
-        let map = self.ip_map();
-        network_caps(ip, max_per_ip)
-            .iter()
-            .any(|(key, cap)| map.get(key).copied().unwrap_or(0) >= *cap)
+        self.ip_map().full(ip, max_per_ip)
     }
 
-    fn ip_map(&self) -> std::sync::MutexGuard<'_, HashMap<(IpAddr, u8), usize>> {
+    fn ip_map(&self) -> std::sync::MutexGuard<'_, NetworkCounts> {
         // The map is left consistent at every step, so a poisoned lock is still usable.
         self.per_ip.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -322,12 +318,8 @@ impl EndpointGroup {
     /// `max_per_ip` are `ip`'s. Both counts are checked and raised under the per-IP lock, so
     /// two endpoints never both take the last slot.
     pub(crate) fn take(&self, ip: IpAddr, max: usize, max_per_ip: usize) -> bool {
-        let networks = network_caps(ip, max_per_ip);
         let mut map = self.ip_map();
-        if networks
-            .iter()
-            .any(|(key, cap)| map.get(key).copied().unwrap_or(0) >= *cap)
-        {
+        if map.full(ip, max_per_ip) {
             return false;
         }
         let free = self
@@ -337,9 +329,7 @@ impl EndpointGroup {
             })
             .is_ok();
         if free {
-            for (key, _) in networks {
-                *map.entry(key).or_insert(0) += 1;
-            }
+            map.add(ip);
         }
         free
     }
@@ -399,38 +389,8 @@ impl EndpointGroup {
             .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
                 Some(n.saturating_sub(1))
             });
-        let mut map = self.ip_map();
-        for (key, _) in network_caps(ip, 0) {
-            if let Some(n) = map.get_mut(&key) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    map.remove(&key);
-                }
-            }
-        }
+        self.ip_map().remove(ip);
     }
-}
-
-/// The networks whose connections `max_connections_per_ip` bounds, with their caps: the
-/// host (an IPv4 address, an IPv6 /64) at `per_host`, and wider networks at growing
-/// multiples of it, so that one provider's addresses cannot take every slot: an IPv6 /56
-/// (256 /64s, what a provider gives one customer) at twice it, a /48 (65,536 /64s, what a
-/// free tunnel broker gives anyone) at four times, an IPv4 /24 at four times.
-pub(crate) fn network_caps(ip: IpAddr, per_host: usize) -> Vec<((IpAddr, u8), usize)> {
-    use crate::admission::{host_prefix_len, prefix};
-    let host = host_prefix_len(ip);
-    let wider: &[(u8, usize)] = if host == 32 {
-        &[(24, 4)]
-    } else {
-        &[(56, 2), (48, 4)]
-    };
-    std::iter::once(((prefix(ip, host), host), per_host))
-        .chain(
-            wider
-                .iter()
-                .map(|&(len, times)| ((prefix(ip, len), len), per_host.saturating_mul(times))),
-        )
-        .collect()
 }
 
 impl Drop for Endpoint {
@@ -513,7 +473,7 @@ pub struct Endpoint {
     /// Not accepting new connections for now ([`Endpoint::set_suspended`]).
     suspended: bool,
     /// Connections without proof of address, per IP (IPv6 by /64, see [`ip_key`]).
-    unproven: HashMap<IpAddr, usize>,
+    unproven: NetworkCounts,
 }
 
 impl Endpoint {
@@ -562,7 +522,7 @@ impl Endpoint {
             bans: Bans::default(),
             stats: EndpointStats::default(),
             suspended: false,
-            unproven: HashMap::new(),
+            unproven: NetworkCounts::default(),
         }
     }
 
@@ -591,7 +551,7 @@ impl Endpoint {
             half_open_reserved: self.handshake.reserved(),
             reservations_lapsed: self.handshake.reservations_lapsed(),
             strict: self.handshake.strict(),
-            unproven: self.unproven.values().sum(),
+            unproven: self.unproven.total(),
             ..self.stats
         }
     }
@@ -615,7 +575,8 @@ impl Endpoint {
         usage.handshakes = self.handshake.heap_bytes();
         usage.admission = self.new_conn_rates.heap_bytes()
             + self.pong_rates.heap_bytes()
-            + self.bans.heap_bytes();
+            + self.bans.heap_bytes()
+            + self.unproven.heap_bytes();
         let offline: usize = self.offline_out.iter().map(|(_, d)| d.capacity()).sum();
         usage.endpoint_queues = deque(&self.offline_out) + offline + deque(&self.events);
         usage
@@ -828,9 +789,27 @@ impl Endpoint {
         opts: SendOptions,
     ) -> Result<Option<ReceiptId>, SendError> {
         let c = self.conn_mut(conn).ok_or(SendError::Closed)?;
-        let receipt = c.send(now, payload, opts)?;
+        let receipt = c.send(now, payload, opts, None)?;
         self.touch(conn);
         Ok(receipt)
+    }
+
+    /// [`Endpoint::send`] with the caller's own receipt id: a reliability with a receipt
+    /// reports `tag` in its [`Event::Receipt`] (a driver hands its application's ids
+    /// through, with no map of its own). The caller keeps its tags apart from the ids
+    /// [`Endpoint::send`] picks (use one or the other on a connection).
+    pub fn send_tagged(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        payload: Bytes,
+        opts: SendOptions,
+        tag: ReceiptId,
+    ) -> Result<(), SendError> {
+        let c = self.conn_mut(conn).ok_or(SendError::Closed)?;
+        c.send(now, payload, opts, Some(tag))?;
+        self.touch(conn);
+        Ok(())
     }
 
     /// Close a connection gracefully (0x15, then wait for acknowledgement).
@@ -999,9 +978,8 @@ impl Endpoint {
         let unproven = !(acc.proven || acc.echoed);
         let admission = &self.config.admission;
         let unproven_full = unproven
-            && (self.unproven.values().sum::<usize>() >= admission.max_unproven
-                || self.unproven.get(&ip_key(from.ip())).copied().unwrap_or(0)
-                    >= admission.max_unproven_per_ip);
+            && (self.unproven.total() >= admission.max_unproven
+                || self.unproven.full(from.ip(), admission.max_unproven_per_ip));
         // A handshake without a cookie counts against its IP's new connections only now that
         // its address is proven (see `new_conn_rates`).
         let rate = u64::from(self.config.admission.new_connections_per_ip_per_sec);
@@ -1060,7 +1038,7 @@ impl Endpoint {
             )
         });
         if unproven {
-            *self.unproven.entry(ip_key(from.ip())).or_default() += 1;
+            self.unproven.add(from.ip());
         }
         let conn = Connection::accepted(self.config.clone(), peer, self.epoch, now, acc);
         let id = self.insert(conn);
@@ -1366,13 +1344,7 @@ impl Endpoint {
         if conn.is_closed() {
             let (addr, guid, role) = (conn.addr(), conn.peer_guid(), conn.role());
             if conn.unproven() {
-                let key = ip_key(addr.ip());
-                if let Some(n) = self.unproven.get_mut(&key) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.unproven.remove(&key);
-                    }
-                }
+                self.unproven.remove(addr.ip());
             }
             slot.conn = None;
             if let Some(t) = slot.scheduled.take() {

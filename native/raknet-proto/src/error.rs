@@ -179,6 +179,8 @@ pub enum Limit {
     /// in a whole timeout (a slow reader that acknowledges a datagram now and then held its
     /// 64 MiB for ever).
     SendBacklog,
+    /// [`crate::Limits::max_messages_per_sec`].
+    MessageRate,
 }
 
 /// Why a connection ended. Every closed connection reports exactly one.

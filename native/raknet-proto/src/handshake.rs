@@ -62,7 +62,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::admission::{ip_key, BoundedMap};
+use crate::admission::{ip_key, network_caps, BoundedMap, Network};
 use crate::codec::Encode;
 use crate::config::{AdmissionLimits, CookieMode, EndpointConfig};
 use crate::datagram::{DataHeader, Datagram};
@@ -226,9 +226,10 @@ pub(crate) struct ServerHandshake {
     /// Capped at `max_half_open`, the oldest forgotten first. With cookies every record is
     /// proven and spoofed sources make none; without, every record is unproven.
     half_open: BoundedMap<SocketAddr, HalfOpen>,
-    /// The addresses of each IP's records (IPv6 by /64, see [`ip_key`]), oldest first: a new
-    /// unproven handshake of a full IP pushes out that IP's oldest.
-    per_ip: HashMap<IpAddr, VecDeque<SocketAddr>>,
+    /// The addresses of each network's records (each host, an IPv4 address or IPv6 /64,
+    /// and its wider networks, see [`network_caps`]), oldest first: a handshake from a full
+    /// network pushes out that network's oldest unproven one.
+    per_network: HashMap<Network, VecDeque<SocketAddr>>,
     guids: HashMap<u64, SocketAddr>,
     ocr1: BoundedMap<SocketAddr, Ocr1Seen>,
     /// Where the slots of reserved records come from and go back to.
@@ -275,7 +276,7 @@ impl ServerHandshake {
             cookie_key: (key(b"cookie key 0"), key(b"cookie key 1")),
             offset_key: (key(b"offset key 0"), key(b"offset key 1")),
             half_open: BoundedMap::new(cap),
-            per_ip: HashMap::new(),
+            per_network: HashMap::new(),
             guids: HashMap::new(),
             ocr1: BoundedMap::new(cap),
             group,
@@ -349,10 +350,10 @@ impl ServerHandshake {
     /// OCR1s (see [`crate::memory`]).
     pub(crate) fn heap_bytes(&self) -> usize {
         use crate::memory::{deque, map};
-        let per_ip: usize = self.per_ip.values().map(deque).sum();
+        let per_network: usize = self.per_network.values().map(deque).sum();
         self.half_open.heap_bytes()
-            + map(&self.per_ip)
-            + per_ip
+            + map(&self.per_network)
+            + per_network
             + map(&self.guids)
             + self.ocr1.heap_bytes()
     }
@@ -549,22 +550,25 @@ impl ServerHandshake {
         if let Some(refused) = refusal(stats, validated) {
             return within_amplification(config, len, refused.len()).then_some(refused);
         }
-        let ip = ip_key(from.ip());
-        let of_ip = self.per_ip.get(&ip).map_or(0, VecDeque::len);
-        if of_ip >= config.admission.max_half_open_per_ip {
+        let networks = network_caps(from.ip(), config.admission.max_half_open_per_ip);
+        for (net, cap) in &networks {
+            if self.per_network.get(net).map_or(0, VecDeque::len) < *cap {
+                continue;
+            }
             stats.half_open_per_ip_full += 1;
-            // Unproven handshakes (no cookie) cannot be told from spoofed ones: the IP's
-            // oldest unproven one gives way, to a proven one (which must not wait behind
-            // spoofed records made while the server was calm) and to a newer unproven one
-            // (so keeping a player out takes a full share of spoofed OCR2s per round trip of
-            // the player, not one per handshake timeout). A proven address with a full share
-            // of proven handshakes under way is a real host that waits.
+            // Unproven handshakes (no cookie) cannot be told from spoofed ones: the
+            // network's oldest unproven one gives way, to a proven one (which must not wait
+            // behind spoofed records made while the server was calm) and to a newer unproven
+            // one (so keeping a player out takes a full share of spoofed OCR2s per round trip
+            // of the player, not one per handshake timeout). A network with its full share of
+            // proven handshakes under way holds real hosts: the newcomer waits.
             let half_open = &self.half_open;
-            let addrs = self.per_ip.get_mut(&ip)?;
-            let unproven = addrs
+            let oldest = self
+                .per_network
+                .get(net)?
                 .iter()
-                .position(|a| half_open.get(a).is_some_and(|h| !h.validated))?;
-            let oldest = addrs.remove(unproven)?;
+                .copied()
+                .find(|a| half_open.get(a).is_some_and(|h| !h.validated))?;
             if let Some(old) = self.half_open.remove(&oldest) {
                 self.forget(oldest, &old);
             }
@@ -585,7 +589,9 @@ impl ServerHandshake {
             reserved: false,
         };
         let reply = Self::spend(config, &mut record, reply2(mtu), stats);
-        self.per_ip.entry(ip).or_default().push_back(from);
+        for (net, _) in networks {
+            self.per_network.entry(net).or_default().push_back(from);
+        }
         self.guids.insert(req.client_guid, from);
         for (addr, old) in self.half_open.insert(from, record) {
             stats.half_open_evicted += 1;
@@ -618,14 +624,15 @@ impl ServerHandshake {
     fn forget(&mut self, addr: SocketAddr, h: &HalfOpen) {
         let mut h = *h;
         self.unreserve(addr, &mut h);
-        let ip = ip_key(addr.ip());
-        if let Some(addrs) = self.per_ip.get_mut(&ip) {
-            // At most `max_half_open_per_ip` to look through.
-            if let Some(i) = addrs.iter().position(|a| *a == addr) {
-                addrs.remove(i);
-            }
-            if addrs.is_empty() {
-                self.per_ip.remove(&ip);
+        for (net, _) in network_caps(addr.ip(), 0) {
+            if let Some(addrs) = self.per_network.get_mut(&net) {
+                // At most the network's cap to look through.
+                if let Some(i) = addrs.iter().position(|a| *a == addr) {
+                    addrs.remove(i);
+                }
+                if addrs.is_empty() {
+                    self.per_network.remove(&net);
+                }
             }
         }
         if self.guids.get(&h.guid) == Some(&addr) {

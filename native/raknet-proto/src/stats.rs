@@ -77,6 +77,9 @@ pub struct ConnectionStats {
     /// ACK/NAK numbers not walked: numbers we never sent (or resolved long ago), and any
     /// beyond `max_ack_numbers` per ACK/NAK.
     pub ack_numbers_ignored: u64,
+    /// ACKs and NAKs ignored whole because a range holds a number we never sent (no peer
+    /// acknowledges those; a forger acknowledging everything to stop our resends does).
+    pub forged_acks: u64,
     /// Messages with an internal ID we do not handle, dropped.
     pub unknown_internal: u64,
     /// Frames queued for sending.

@@ -25,6 +25,8 @@ fn config(congestion: CongestionControl) -> EndpointConfig {
         limits: Limits {
             max_message_bytes: 32 << 20,
             max_send_queue_bytes: 64 << 20,
+            // Bulk flows of many small messages: no per-peer message rate.
+            max_messages_per_sec: None,
             ..Limits::default()
         },
         timeout: Duration::from_secs(60),

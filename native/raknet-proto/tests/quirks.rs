@@ -267,13 +267,69 @@ fn unproven_connections_have_a_cap_per_ip_and_in_all() {
     assert_eq!(ep.stats().refused_unproven, 1);
     // ... while a client that echoes our time is not affected.
     assert!(scripted(&mut ep, now, addr, client(4), Quirks::default()).is_ok());
-    // Other IPs share the global cap: 17 more fit, the 18th does not.
+    // Other IPs (each of a /24 of its own) share the global cap: 17 more fit, the 18th
+    // does not.
     let mut ok = 0;
     for i in 0..20u8 {
-        let from = SocketAddr::from(([127, 0, 1, i], 5000));
+        let from = SocketAddr::from(([127, 0, 1 + i, 1], 5000));
         ok += usize::from(scripted(&mut ep, now, addr, from, quirky).is_ok());
     }
     assert_eq!((ok, ep.stats().unproven), (17, 20));
+}
+
+/// A network's name, its `i`-th host and the cap it should reach.
+type NetworkCase = (&'static str, fn(u16) -> SocketAddr, usize);
+
+/// Hosts of one network share a cap of their own, growing with the network: an IPv4 /24
+/// holds four hosts' worth of unproven connections, an IPv6 /56 two and a /48 four.
+#[test]
+fn unproven_connections_have_a_cap_per_network() {
+    let quirky = Quirks {
+        echo_own_time: true,
+        ..Quirks::default()
+    };
+    let cases: [NetworkCase; 3] = [
+        (
+            "IPv4 /24",
+            |i| SocketAddr::from(([10, 9, 9, i as u8], 5000 + i)),
+            12,
+        ),
+        (
+            "IPv6 /56",
+            |i| SocketAddr::from(([0x2001, 0xdb8, 0, i, 0, 0, 0, 1], 5000 + i)),
+            6,
+        ),
+        (
+            "IPv6 /48",
+            |i| SocketAddr::from(([0x2001, 0xdb8, 0, i << 8, 0, 0, 0, 1], 5000 + i)),
+            12,
+        ),
+    ];
+    for (name, host, cap) in cases {
+        let (mut ep, now, addr) = server(EndpointConfig {
+            admission: AdmissionLimits {
+                max_unproven_per_ip: 3,
+                ..AdmissionLimits::default()
+            },
+            ..EndpointConfig::default()
+        });
+        // Two connections from each of 10 hosts of the network (under the per-host cap).
+        let mut ok = 0;
+        for i in 0..20u16 {
+            let from = host(i / 2);
+            let from = SocketAddr::new(from.ip(), 6000 + i);
+            ok += usize::from(scripted(&mut ep, now, addr, from, quirky).is_ok());
+        }
+        let stats = ep.stats();
+        assert_eq!((ok, stats.unproven), (cap, cap), "{name}: {stats:?}");
+        assert_eq!(stats.refused_unproven, (20 - cap) as u64, "{name}");
+        // A client of that network that echoes our time is not affected.
+        let from = SocketAddr::new(host(11).ip(), 7000);
+        assert!(
+            scripted(&mut ep, now, addr, from, Quirks::default()).is_ok(),
+            "{name}"
+        );
+    }
 }
 
 /// Spoofed cookie-less OCR2s from `n` addresses.
@@ -387,7 +443,7 @@ fn spoofed_records_from_a_players_ip_give_way_to_the_player() {
     );
 }
 
-/// 17 addresses whose 64 ports each echoed the cookie, sent their 0x09 and never their 0x13
+/// 17 addresses (of 17 /24s) whose 64 ports each echoed the cookie, sent their 0x09 and never their 0x13
 /// (again every handshake timeout) held all 1,024 slots: each 0x10 reserved one for 10 s.
 /// Reservations are now capped (8 per IP, a quarter of the slots in all) and lapse 2 s after
 /// their 0x10.
@@ -407,7 +463,7 @@ fn handshakes_that_stop_at_0x10_cannot_hold_the_slots() {
     };
     for a in 0..17u8 {
         for port in 0..64u16 {
-            let from = SocketAddr::from(([127, 9, 0, a], 30_000 + port));
+            let from = SocketAddr::from(([127, 9, a, 1], 30_000 + port));
             assert_eq!(scripted(&mut ep, now, addr, from, stopped), Ok(Vec::new()));
         }
     }

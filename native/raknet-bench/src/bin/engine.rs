@@ -137,7 +137,15 @@ fn small_messages() {
     let mut rates = Vec::new();
     let mut ns = Vec::new();
     for run in 0..5 {
-        let mut p = Pair::new(EndpointConfig::default(), LinkConfig::default(), 10 + run);
+        // A benchmark of the engine's own cost: no per-peer message rate.
+        let config = EndpointConfig {
+            limits: Limits {
+                max_messages_per_sec: None,
+                ..Limits::default()
+            },
+            ..EndpointConfig::default()
+        };
+        let mut p = Pair::new(config, LinkConfig::default(), 10 + run);
         let c = p.connect();
         let payload = Bytes::from(vec![0x86; 64]);
         let opts = SendOptions::new(Reliability::ReliableOrdered);

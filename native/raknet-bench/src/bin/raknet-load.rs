@@ -31,7 +31,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use raknet_proto::{Endpoint, EndpointConfig, Event, Priority, Reliability, SendOptions};
+use raknet_proto::{Endpoint, EndpointConfig, Event, Limits, Priority, Reliability, SendOptions};
 use tokio::net::UdpSocket;
 
 struct Args {
@@ -201,6 +201,11 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
         rng_seed: id as u64 ^ 0x10ad,
         protocol_versions: vec![args.protocol],
         accept_incoming: false,
+        // The load tester chose its server: no limit on the server's message rate.
+        limits: Limits {
+            max_messages_per_sec: None,
+            ..Limits::default()
+        },
         ..EndpointConfig::default()
     };
     let mut ep = Endpoint::new(config, local, Instant::now());
