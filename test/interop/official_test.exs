@@ -15,6 +15,8 @@ defmodule RakNet.Interop.OfficialTest do
     # A tiny delivery budget: the handler's mailbox passes it many times, so the server has
     # to pause the official client (leave its datagrams unacknowledged) instead of dropping
     # it; every message must still come back in order and the connection must stay up.
+    # This is the default path toward an official peer: the echoes go out on the default
+    # in-flight window (1,024 reliable frames), which the 100 KB tests below cannot use.
     {_server, port} =
       start_server(
         [max_pending_deliveries: 64, max_pending_bytes: 65_536] ++ RakNet.Test.Server.bulk()

@@ -22,15 +22,6 @@ defmodule RakNet.Test.Cluster do
     end
   end
 
-  @doc "Whether distribution can start here; leaves the node as it found it."
-  def distribution_available do
-    case ensure_distributed() do
-      {:ok, true} -> :net_kernel.stop()
-      {:ok, false} -> :ok
-      error -> error
-    end
-  end
-
   @doc "Starts a peer with this node's code paths and the :raknet application running."
   def start_peer(name) do
     {:ok, peer, node} =

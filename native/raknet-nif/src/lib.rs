@@ -336,7 +336,8 @@ fn start_endpoints<'a>(
     for (i, (socket, buffers, pktinfo)) in sockets.into_iter().enumerate() {
         let local = socket.local_addr().map_err(|e| error(env, io_error(&e)))?;
         if i > 0 {
-            // Each engine its own randomness (cookie keys); one GUID for the whole server.
+            // Each engine its own randomness; one GUID and (through the group) one set of
+            // handshake keys for the whole server.
             config.rng_seed = convert::seed();
             config.secret = convert::seed();
         }

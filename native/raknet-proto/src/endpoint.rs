@@ -264,6 +264,10 @@ pub struct EndpointGroup {
     /// The GUID of each accepted connection and its address: a GUID is one peer's on every
     /// endpoint of the group, and of the groups that share the table.
     guids: Arc<GuidTable>,
+    /// The handshake's cookie and time-offset keys, drawn by the group's first endpoint:
+    /// a client whose datagrams move to another endpoint half-way (the kernel's
+    /// `SO_REUSEPORT` group changed) still has its cookie and echo accepted.
+    handshake_keys: std::sync::OnceLock<[u64; 4]>,
 }
 
 /// The GUIDs of a server's connections, with their addresses: each belongs to one peer on
@@ -380,6 +384,11 @@ impl EndpointGroup {
         if map.get(&guid) == Some(&from) {
             map.remove(&guid);
         }
+    }
+
+    /// The group's handshake keys, drawn by `draw` the first time.
+    pub(crate) fn handshake_keys(&self, draw: impl FnOnce() -> [u64; 4]) -> [u64; 4] {
+        *self.handshake_keys.get_or_init(draw)
     }
 
     /// Give back a slot taken by [`EndpointGroup::take`].

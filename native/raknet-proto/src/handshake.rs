@@ -272,9 +272,17 @@ impl ServerHandshake {
     pub(crate) fn new(config: &EndpointConfig, group: Arc<EndpointGroup>) -> Self {
         let cap = config.admission.max_half_open;
         let key = |label: &[u8]| derive(config.rng_seed, config.secret, label);
+        let [c0, c1, o0, o1] = group.handshake_keys(|| {
+            [
+                key(b"cookie key 0"),
+                key(b"cookie key 1"),
+                key(b"offset key 0"),
+                key(b"offset key 1"),
+            ]
+        });
         Self {
-            cookie_key: (key(b"cookie key 0"), key(b"cookie key 1")),
-            offset_key: (key(b"offset key 0"), key(b"offset key 1")),
+            cookie_key: (c0, c1),
+            offset_key: (o0, o1),
             half_open: BoundedMap::new(cap),
             per_network: HashMap::new(),
             guids: HashMap::new(),

@@ -1,24 +1,38 @@
 //! Runs every fuzz target's body over its seed corpus (`native/fuzz/seeds/<target>/`), so
-//! stable CI exercises exactly the code the fuzzer runs.
+//! stable CI exercises exactly the code the fuzzer runs. Every seed is a valid input: it
+//! must still decode (or, for the endpoint, still connect), or the fuzzer would start from
+//! nothing but rejects and these tests would check nothing.
 
 use std::fs;
 use std::path::Path;
 
-fn run_seeds(target: &str, body: fn(&[u8])) {
+/// The seeds of `target`, by file name.
+fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../fuzz/seeds")
         .join(target);
-    let mut count = 0;
-    for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let data = fs::read(entry.unwrap().path()).unwrap();
-        body(&data);
-        // Every prefix too: truncated input is the most common malformation.
+    let mut seeds: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, fs::read(&path).unwrap())
+        })
+        .collect();
+    seeds.sort();
+    assert!(!seeds.is_empty(), "no seeds for {target}");
+    seeds
+}
+
+/// Each seed decodes; every prefix of it is run too (truncated input is the most common
+/// malformation) and may decode or not, but never panics.
+fn run_seeds(target: &str, body: fn(&[u8]) -> bool) {
+    for (name, data) in seeds(target) {
+        assert!(body(&data), "{target} seed {name} no longer decodes");
         for end in 0..data.len() {
             body(&data[..end]);
         }
-        count += 1;
     }
-    assert!(count > 0, "no seeds for {target}");
 }
 
 #[test]
@@ -54,9 +68,15 @@ fn address_seeds() {
     run_seeds("address", raknet_proto::fuzzing::address);
 }
 
+/// Every endpoint script connects a client (so the fuzzer starts from scripts that get past
+/// the handshake); its prefixes are run too.
 #[test]
 fn endpoint_seeds() {
-    run_seeds("endpoint", |data| {
-        raknet_proto::fuzzing::endpoint(data);
-    });
+    for (name, data) in seeds("endpoint") {
+        let reach = raknet_proto::fuzzing::endpoint(&data);
+        assert!(reach.connections > 0, "endpoint seed {name}: {reach:?}");
+        for end in 0..data.len() {
+            raknet_proto::fuzzing::endpoint(&data[..end]);
+        }
+    }
 }

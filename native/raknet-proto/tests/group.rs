@@ -534,3 +534,35 @@ fn wider_networks_have_growing_caps() {
     assert_eq!(v24, [true, true, true, true, true, true, true, true, false]);
     assert!(connect(&mut net, "10.0.1.1"));
 }
+
+/// Issue #30: a handshake completes whichever endpoint of the group its datagrams reach. The
+/// kernel keeps a client on one socket while the `SO_REUSEPORT` group stays the same; when it
+/// changes (a thread restarted) a client's OCR2 can reach another endpoint than its OCR1 did.
+/// Each endpoint had a cookie key of its own, so that OCR2 failed its cookie check; the keys
+/// are the group's now.
+#[test]
+fn a_handshake_completes_whichever_endpoint_its_datagrams_reach() {
+    let config = EndpointConfig {
+        use_cookies: CookieMode::Always,
+        ..EndpointConfig::default()
+    };
+    let mut net = Net::new(2, true, config);
+    let a = net.connect("127.0.0.1", 40_001, 0);
+    // Its OCR1 reaches endpoint 0, which answers with a cookie.
+    let (now, server) = (net.now, SERVER.parse().unwrap());
+    let (client, addr, _) = &mut net.clients[a];
+    let t = client.poll_transmit(now, &mut net.buf).unwrap();
+    net.servers[0].handle(now, *addr, Bytes::copy_from_slice(&net.buf[..t.size]));
+    let t = net.servers[0].poll_transmit(now, &mut net.buf).unwrap();
+    client.handle(now, server, Bytes::copy_from_slice(&net.buf[..t.size]));
+    // From now on its datagrams land on endpoint 1: its OCR2 carries endpoint 0's cookie.
+    net.clients[a].2 = 1;
+    net.run(Duration::from_millis(500));
+    assert!(net.connected(a), "{:?}", net.client_events[a]);
+    let stats = net.servers[1].stats();
+    assert_eq!(
+        (stats.offline_in, stats.bad_cookies, stats.connections),
+        (1, 0, 1),
+        "the OCR2 was taken: {stats:?}"
+    );
+}

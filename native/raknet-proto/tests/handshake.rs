@@ -64,6 +64,7 @@ fn handshake_completes_for_both_roles() {
 
 #[test]
 fn handshake_survives_heavy_loss() {
+    let mut connected = 0;
     for seed in 0..20 {
         let link = LinkConfig {
             loss: 0.3,
@@ -78,15 +79,17 @@ fn handshake_survives_heavy_loss() {
             })
         });
         assert!(ok, "seed {seed}: no outcome");
-        // At 30 % loss each way a 10 s handshake can legitimately fail, but rarely.
-        if failure(&p.client_events).is_some() {
-            assert_eq!(
-                failure(&p.client_events),
-                Some(ConnectError::Timeout),
-                "seed {seed}"
-            );
+        // At 30 % loss each way a 10 s handshake can fail, and only by timing out: as
+        // official RakNet's, each OCR1 attempt needs four datagrams through (0.7^4 = 0.24)
+        // to reach the connected stage.
+        match failure(&p.client_events) {
+            None => connected += 1,
+            Some(e) => assert_eq!(e, ConnectError::Timeout, "seed {seed}"),
         }
     }
+    eprintln!("{connected} of 20 handshakes completed at 30 % loss each way");
+    // 16 of these 20 seeds; a handshake that never completed would fail here.
+    assert!(connected >= 14, "{connected} of 20 handshakes completed");
 }
 
 #[test]

@@ -522,6 +522,38 @@ ffff0000000000000000225f000000000000225f";
     assert_eq!(reencode(&header, &[frame]), hex(dg));
 }
 
+/// A peer may send any number of internal addresses (official 10, Minecraft 20, X-Plane 30):
+/// all are read, at most 64 kept, so a 0x13 split over megabytes cannot decode into a
+/// vector of a million addresses; the times after them are still read right.
+#[test]
+fn internal_addresses_beyond_64_are_read_and_not_kept() {
+    for count in [30, 64, 65, 10_000] {
+        let addresses: Vec<SocketAddr> = (0..count)
+            .map(|i| SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 7000)))
+            .collect();
+        let nic = NewIncomingConnection {
+            server_address: sock("127.0.0.1:19132"),
+            internal_addresses: addresses.clone(),
+            ping_time: 0x1234,
+            pong_time: 0x5678,
+        };
+        let decoded = NewIncomingConnection::decode(&mut Bytes::from(nic.to_vec())).unwrap();
+        let kept = count.min(64);
+        assert_eq!(decoded.internal_addresses, addresses[..kept], "{count}");
+        assert_eq!((decoded.ping_time, decoded.pong_time), (0x1234, 0x5678));
+        let acc = ConnectionRequestAccepted {
+            client_address: sock("127.0.0.1:40000"),
+            system_index: 0,
+            internal_addresses: addresses.clone(),
+            request_time: 1,
+            accepted_time: 2,
+        };
+        let decoded = ConnectionRequestAccepted::decode(&mut Bytes::from(acc.to_vec())).unwrap();
+        assert_eq!(decoded.internal_addresses.len(), kept, "{count}");
+        assert_eq!((decoded.request_time, decoded.accepted_time), (1, 2));
+    }
+}
+
 #[test]
 fn d3_new_incoming_with_20_internal_addresses_and_ping() {
     let dg = "8401000060052001000000000000130480fffffe714a0480fffffe718504ffffffff000004ffffffff000004ffffffff000004ffffff

@@ -55,6 +55,8 @@ pub(crate) enum Outcome {
 pub(crate) struct Channel<T> {
     expected: OrderIndex,
     next_sequence: SequenceIndex,
+    /// Where the sequencing index starts again after each ordered message (0 on the wire).
+    sequence_base: SequenceIndex,
     held: HashMap<u32, Held<T>>,
     held_count: usize,
     held_bytes: usize,
@@ -67,6 +69,7 @@ impl<T> Default for Channel<T> {
         Self {
             expected: OrderIndex::ZERO,
             next_sequence: SequenceIndex::ZERO,
+            sequence_base: SequenceIndex::ZERO,
             held: HashMap::new(),
             held_count: 0,
             held_bytes: 0,
@@ -90,10 +93,14 @@ impl<T: Holdable> Channel<T> {
         }
     }
 
-    /// A channel expecting `first` as its first ordering index (tests of the 2^24 wrap).
+    /// A channel expecting `first` as its first ordering and sequencing index (tests of the
+    /// 2^24 wrap).
     pub(crate) fn starting_at(first: OrderIndex) -> Self {
+        let base = SequenceIndex::new(first.get());
         Self {
             expected: first,
+            next_sequence: base,
+            sequence_base: base,
             ..Self::default()
         }
     }
@@ -201,7 +208,7 @@ impl<T: Holdable> Channel<T> {
 
     fn advance(&mut self) {
         self.expected = self.expected.next();
-        self.next_sequence = SequenceIndex::ZERO;
+        self.next_sequence = self.sequence_base;
     }
 
     fn drain(&mut self, out: &mut Vec<T>) {

@@ -144,6 +144,8 @@ pub(crate) struct SendQueue {
     next_seq: u64,
     ordered_write: [OrderIndex; ORDERING_CHANNELS as usize],
     sequenced_write: [SequenceIndex; ORDERING_CHANNELS as usize],
+    /// Where sequencing indices start again after each ordered message (0 on the wire).
+    sequence_base: SequenceIndex,
     next_split_id: u16,
     /// Weighted-fair-queueing clock of High, Medium and Low: the queue with the smallest
     /// value goes next, and each frame taken advances its queue by 1, 2 or 4.
@@ -156,11 +158,14 @@ pub(crate) struct SendQueue {
 const WEIGHT: [u64; 3] = [1, 2, 4];
 
 impl SendQueue {
-    /// A queue whose ordering indices start at `first` on every channel (tests of the
-    /// 2^24 wrap; 0 on the wire).
+    /// A queue whose ordering and sequencing indices start at `first` on every channel
+    /// (tests of the 2^24 wrap; 0 on the wire).
     pub(crate) fn starting_at(first: OrderIndex) -> Self {
+        let base = SequenceIndex::new(first.get());
         Self {
             ordered_write: [first; ORDERING_CHANNELS as usize],
+            sequenced_write: [base; ORDERING_CHANNELS as usize],
+            sequence_base: base,
             ..Self::default()
         }
     }
@@ -227,7 +232,7 @@ impl SendQueue {
             template.order_index = self.ordered_write[c];
             template.order_channel = channel;
             self.ordered_write[c] = self.ordered_write[c].next();
-            self.sequenced_write[c] = SequenceIndex::ZERO;
+            self.sequenced_write[c] = self.sequence_base;
         } else if reliability.is_sequenced() {
             template.order_index = self.ordered_write[c];
             template.order_channel = channel;

@@ -36,9 +36,20 @@ impl Pair {
         client: EndpointConfig,
         link: LinkConfig,
     ) -> Self {
+        let addrs = (SERVER.parse().unwrap(), CLIENT.parse().unwrap());
+        Self::new_at(seed, server, client, link, addrs)
+    }
+
+    /// [`Pair::new`] with the server's and the client's addresses (IPv6 ones, say).
+    #[allow(dead_code)]
+    pub fn new_at(
+        seed: u64,
+        server: EndpointConfig,
+        client: EndpointConfig,
+        link: LinkConfig,
+        (server_addr, client_addr): (SocketAddr, SocketAddr),
+    ) -> Self {
         let start = Instant::now();
-        let server_addr: SocketAddr = SERVER.parse().unwrap();
-        let client_addr: SocketAddr = CLIENT.parse().unwrap();
         Self {
             now: start,
             start,
