@@ -4,13 +4,12 @@
 //! Every NIF here runs on a scheduler thread (the two `*_info` calls on a dirty I/O scheduler,
 //! since they wait for the endpoint thread's answer): it validates its arguments, enqueues a
 //! command and returns at once. Sockets, timers and delivery live on the endpoint threads
-//! (`driver.rs`), one per endpoint. A server may run several endpoints on one port, one per
+//! (`driver/`), one per endpoint. A server may run several endpoints on one port, one per
 //! thread (`endpoint_start_group`): `SO_REUSEPORT` sockets that the kernel picks by the peer's
 //! address, sharing connection limits through a [`raknet_proto::EndpointGroup`].
 
 mod alloc;
 mod atoms;
-mod command;
 mod convert;
 mod driver;
 mod resource;
@@ -26,8 +25,7 @@ use bytes::Bytes;
 use raknet_proto::{Endpoint, EndpointGroup, GuidTable, SendOptions, ORDERING_CHANNELS};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
-use crate::command::Command;
-use crate::resource::{send_cost, ConnResource, EndpointResource};
+use crate::resource::{send_cost, Command, ConnResource, EndpointResource};
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -345,7 +343,7 @@ fn start_endpoints<'a>(
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(driver::Shared::new(options.inline_sends));
         let me = ResourceArc::new(EndpointResource {
-            tx: command::CommandTx::new(tx, shared.clone()),
+            tx: resource::CommandTx::new(tx, shared.clone()),
             local,
             guid: endpoint.guid(),
             dual_stack: options.dual_stack,
@@ -396,7 +394,7 @@ fn start_endpoints<'a>(
 }
 
 /// Ask the endpoint thread for a term (waits up to a second; dirty scheduler).
-fn ask<'a>(env: Env<'a>, tx: &command::CommandTx, key: Option<u64>) -> Option<Term<'a>> {
+fn ask<'a>(env: Env<'a>, tx: &resource::CommandTx, key: Option<u64>) -> Option<Term<'a>> {
     let (reply, answer) = sync_channel(1);
     tx.send(Command::Info { key, reply }).ok()?;
     let (owned, saved) = answer.recv_timeout(Duration::from_secs(1)).ok()??;
@@ -766,7 +764,7 @@ fn broadcast<'a>(
     };
     let data = Bytes::copy_from_slice(data.as_slice());
     // Few endpoints per call (a server has one or two): a linear search groups them.
-    let mut groups: Vec<(&command::CommandTx, Vec<u64>)> = Vec::new();
+    let mut groups: Vec<(&resource::CommandTx, Vec<u64>)> = Vec::new();
     let mut queued = 0usize;
     let (mut open, mut too_large) = (0usize, 0usize);
     for conn in &conns {

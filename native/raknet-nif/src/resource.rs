@@ -1,16 +1,22 @@
-//! Handles given to Elixir: one per endpoint, one per connection.
+//! Handles given to Elixir, one per endpoint and one per connection, and the channel they
+//! reach the endpoint's thread by (what NIF calls ask of it).
 //!
-//! Both are monitored on their owner process: an endpoint whose owner exits shuts down, a
-//! connection whose owner exits closes gracefully.
+//! Both handles are monitored on their owner process: an endpoint whose owner exits shuts
+//! down, a connection whose owner exits closes gracefully. The channel is unbounded; its
+//! memory is bounded by the per-connection send budget checked before enqueueing.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use crate::command::{Command, CommandTx};
-use raknet_proto::{EndpointGroup, SendBudget};
-use rustler::{Env, LocalPid, Monitor, Resource};
+use bytes::Bytes;
+use raknet_proto::{EndpointGroup, SendBudget, SendOptions};
+use rustler::env::SavedTerm;
+use rustler::{Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc};
+use tokio::sync::mpsc::UnboundedSender;
 
 /// How far a flow-controlled owner may fall behind: messages sent to its mailbox and not
 /// yet confirmed with `conn_delivered`, and their bytes. Past either, the connection stops
@@ -128,9 +134,7 @@ impl Resource for EndpointResource {
     const IMPLEMENTS_DOWN: bool = true;
 
     fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
-        let _ = self
-            .tx
-            .send(Command::Stop(crate::command::OWNER_DOWN_LINGER));
+        let _ = self.tx.send(Command::Stop(OWNER_DOWN_LINGER));
     }
 }
 
@@ -234,4 +238,160 @@ impl Resource for ConnResource {
         self.closed.store(true, Ordering::Relaxed);
         let _ = self.tx.send(Command::OwnerDown { key: self.key });
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The command channel
+
+/// The endpoint's thread is gone: the command was not taken.
+#[derive(Debug)]
+pub(crate) struct Closed;
+
+/// How long an endpoint whose owner died waits for its peers' acknowledgements.
+pub(crate) const OWNER_DOWN_LINGER: Duration = Duration::from_secs(2);
+
+/// The way around the command channel for sends, which the endpoint's thread provides
+/// (`driver::Shared`): the channel counts the commands in it, and a send may be carried out
+/// on the calling thread while the endpoint's thread waits.
+pub(crate) trait Gate: Send + Sync {
+    /// A command is about to be enqueued.
+    fn enqueued(&self);
+    /// An enqueued command was not sent after all (the channel is closed).
+    fn not_enqueued(&self);
+    /// Carry out the send here, or hand its data back to go through the channel.
+    fn try_send_inline(
+        &self,
+        key: u64,
+        last_send: &AtomicU64,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    ) -> Result<(), Bytes>;
+}
+
+/// How the NIFs reach an endpoint's thread: its command channel, and for sends the way
+/// around it while the thread waits (see [`Gate`]).
+#[derive(Clone)]
+pub(crate) struct CommandTx {
+    tx: UnboundedSender<Command>,
+    shared: Arc<dyn Gate>,
+}
+
+impl CommandTx {
+    pub(crate) fn new(tx: UnboundedSender<Command>, shared: Arc<dyn Gate>) -> Self {
+        Self { tx, shared }
+    }
+
+    /// Enqueue a command for the thread.
+    pub(crate) fn send(&self, cmd: Command) -> Result<(), Closed> {
+        self.shared.enqueued();
+        self.tx.send(cmd).map_err(|_| {
+            self.shared.not_enqueued();
+            Closed
+        })
+    }
+
+    /// Send a message on `conn`: on this thread when the endpoint's thread waits, nothing is
+    /// queued ahead of it and the connection is not in a burst, through the channel otherwise.
+    pub(crate) fn send_message(
+        &self,
+        conn: &ConnResource,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    ) -> Result<(), Closed> {
+        let key = conn.key;
+        match self
+            .shared
+            .try_send_inline(key, &conn.last_send, data, opts, receipt)
+        {
+            Ok(()) => Ok(()),
+            Err(data) => self.send(Command::Send {
+                key,
+                data,
+                opts,
+                receipt,
+            }),
+        }
+    }
+
+    /// The thread has stopped taking commands.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Both lead to the same endpoint.
+    pub(crate) fn same_channel(&self, other: &Self) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+}
+
+pub(crate) enum Command {
+    Send {
+        key: u64,
+        data: Bytes,
+        opts: SendOptions,
+        receipt: Option<u32>,
+    },
+    /// One message for several connections of this endpoint: one shared copy of the data.
+    Broadcast {
+        keys: Vec<u64>,
+        data: Bytes,
+        opts: SendOptions,
+    },
+    Close {
+        key: u64,
+        /// The application's reason, in the external term format (`None`: `:local_close`).
+        reason: Option<Vec<u8>>,
+    },
+    OwnerDown {
+        key: u64,
+    },
+    /// The owner caught up with its deliveries: take the peer's messages again.
+    Resume {
+        key: u64,
+    },
+    SetOwner {
+        key: u64,
+        pid: LocalPid,
+    },
+    Connect {
+        conn: ResourceArc<ConnResource>,
+        addr: SocketAddr,
+        owner: LocalPid,
+        opts: raknet_proto::ConnectOptions,
+    },
+    SetPong(Bytes),
+    /// Stop or resume accepting new connections.
+    SetSuspended(bool),
+    SetMaxConnections(usize),
+    Ping {
+        addr: SocketAddr,
+        owner: LocalPid,
+    },
+    /// Answer with a term built in the given env (for the dirty `*_info` NIFs).
+    Info {
+        key: Option<u64>,
+        reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
+    },
+    /// Ban an IP, or the network of its first `prefix` bits, for a while (`None`: until
+    /// unbanned).
+    Ban {
+        ip: IpAddr,
+        prefix: Option<u8>,
+        duration: Option<Duration>,
+    },
+    Unban {
+        ip: IpAddr,
+        prefix: Option<u8>,
+    },
+    /// Answer with the list of bans, built in the given env (for the dirty NIF).
+    Banned {
+        reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,
+    },
+    /// Close every connection and stop, waiting at most this long for the peers to
+    /// acknowledge their disconnection notices.
+    Stop(Duration),
+    /// Tests only: panic on the endpoint's thread (if the endpoint allows it).
+    InjectPanic,
 }

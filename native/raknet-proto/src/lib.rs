@@ -47,6 +47,7 @@ mod datagram;
 mod endpoint;
 mod error;
 mod frame;
+mod group;
 mod handshake;
 pub mod hash;
 pub mod memory;
@@ -75,14 +76,15 @@ pub use datagram::{
     IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
 pub use endpoint::{
-    ConnId, ConnectOptions, ConnectionInfo, Endpoint, EndpointGroup, EndpointStats, Event,
-    GuidTable, Transmit, BANNED_REPLIES_PER_SEC, MAX_OFFLINE_PING_RESPONSE,
+    ConnId, ConnectOptions, ConnectionInfo, Endpoint, Event, Transmit, BANNED_REPLIES_PER_SEC,
+    MAX_OFFLINE_PING_RESPONSE,
 };
 pub use error::{ConnectError, DecodeError, DisconnectReason, Limit, SendError};
 pub use frame::{
     Frame, Frames, SplitHeader, MAX_FRAME_HEADER_LEN, MAX_FRAME_PAYLOAD, ORDERING_CHANNELS,
     SPLIT_HEADER_LEN,
 };
+pub use group::{EndpointGroup, GuidTable};
 pub use memory::HeapUsage;
 pub use message::{
     AlreadyConnected, BedrockMotd, ConnectedMessage, ConnectedPing, ConnectedPong,
@@ -95,7 +97,7 @@ pub use reliability::Reliability;
 pub use rtt::{RttEstimator, MAX_RTO};
 pub use send::queue::{Priority, ReceiptId, SendOptions};
 pub use seq::{DatagramSeq, MessageIndex, OrderIndex, SequenceIndex, U24_MODULUS};
-pub use stats::ConnectionStats;
+pub use stats::{ConnectionStats, EndpointStats};
 
 /// The largest message that fits in one frame without splitting, for a given MTU:
 /// MTU − 28 (IP + UDP) − 9 (reserved datagram header) − 23 (largest frame header),

@@ -114,3 +114,99 @@ pub struct ConnectionStats {
     /// Connected pings not answered: the peer pinged faster than the pong budget.
     pub pongs_dropped: u64,
 }
+
+/// Endpoint-wide counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointStats {
+    /// Connections currently held (any state).
+    pub connections: usize,
+    /// Offline messages received.
+    pub offline_in: u64,
+    /// Unconnected pongs sent.
+    pub pongs_sent: u64,
+    /// OCR1 refused with 0x19.
+    pub incompatible_protocol: u64,
+    /// OCR2 refused with 0x14.
+    pub refused_full: u64,
+    /// OCR2 refused with 0x12.
+    pub refused_already_connected: u64,
+    /// Datagrams from banned addresses.
+    pub banned: u64,
+    /// Handshakes between OCR2 and 0x13 held now (records, not connections).
+    pub half_open: usize,
+    /// Of those, the ones holding a connection slot (told "accepted", their 0x13 awaited):
+    /// slots taken that the application sees no connection for yet.
+    pub half_open_reserved: usize,
+    /// Slots reserved at 0x10 that went back to the group because no 0x13 came within 2 s
+    /// (a late 0x13 takes one again if any is free). A reservation is capped: a quarter of
+    /// `max_connections` in all, 8 per IP (IPv6: per /64); beyond them a client is accepted
+    /// without one and takes its slot at 0x13.
+    pub reservations_lapsed: u64,
+    /// Half-open handshakes forgotten to make room for newer ones.
+    pub half_open_evicted: u64,
+    /// OCR2s from an IP (or a wider network) with its share of `max_half_open_per_ip`
+    /// handshakes under way: unproven ones there give way, else the newcomer is dropped.
+    pub half_open_per_ip_full: u64,
+    /// OCR2 refused with 0x14 because its IP had `max_connections_per_ip` connections.
+    pub refused_ip_connections: u64,
+    /// OCR2 refused with 0x1A: more than `new_connections_per_ip_per_sec` from one IP.
+    pub refused_recently_connected: u64,
+    /// 0x13 whose echoed server time did not verify (a blind or forged handshake).
+    pub bad_echo: u64,
+    /// Datagrams from a half-open address that were neither 0x09 nor 0x13, dropped.
+    pub handshake_dropped: u64,
+    /// Handshakes refused after their OCR2 passed, because the server filled up (or was
+    /// suspended) meanwhile: a validated 0x09 answered with 0x14, or a verified 0x13
+    /// answered with 0x15.
+    pub refused_full_late: u64,
+    /// Replies withheld because they would exceed `max_amplification` times what the
+    /// unvalidated address sent.
+    pub amplification_limited: u64,
+    /// OCR1 smaller than `min_mtu` (unpadded), not answered.
+    pub ocr1_too_small: u64,
+    /// Offline messages not answered for what they are: pings, OCR1 and OCR2 to an endpoint
+    /// that accepts no one (a client), "only if open" pings to a full server, and replies
+    /// (Reply1/2, refusals) that no handshake of ours asked for, or that carry another GUID
+    /// than the server our handshake is talking to.
+    pub offline_ignored: u64,
+    /// Pings not answered: the source IP exceeded `pongs_per_ip_per_sec`.
+    pub pongs_rate_limited: u64,
+    /// Pings not answered: the global `pong_bytes_per_sec` budget was spent (the strangers'
+    /// one, or the returning players' one for a ping from a player's IP).
+    pub pongs_budget_exhausted: u64,
+    /// Pongs sent to the IP of a player who completed a handshake here, from the returning
+    /// players' own `pong_bytes_per_sec` budget (also counted in `pongs_sent`).
+    pub pongs_to_known_ips: u64,
+    /// Pings not answered: the pong would exceed `max_amplification` times the ping.
+    pub pongs_too_large: u64,
+    /// OCR2 with a missing or invalid cookie, dropped.
+    pub bad_cookies: u64,
+    /// The handshake is strict now: cookies (with [`crate::CookieMode::Auto`]) and echoed
+    /// times required (see [`crate::CookieMode`]).
+    pub strict: bool,
+    /// Times the handshake turned strict.
+    pub strict_entered: u64,
+    /// Times it turned calm again.
+    pub strict_left: u64,
+    /// Connections held now whose address nothing proved (no cookie, no echoed time; taken
+    /// while calm).
+    pub unproven: usize,
+    /// Verified 0x13s without proof of address refused (0x15): `max_unproven` or
+    /// `max_unproven_per_ip` reached.
+    pub refused_unproven: u64,
+    /// Connected datagrams from addresses without a connection, dropped.
+    pub unknown_peer: u64,
+    /// Datagrams that were neither a valid offline message nor connected, dropped.
+    pub malformed: u64,
+    /// Offline replies dropped because the reply queue was full.
+    pub offline_queue_full: u64,
+    /// Bytes of peer data all connections buffer now (split reassembly, messages held for
+    /// ordering); bounded by [`crate::Limits::max_endpoint_buffered_bytes`]. With an
+    /// [`EndpointGroup`](crate::EndpointGroup), the whole group's bytes (every endpoint reports the same total).
+    pub buffered_bytes: usize,
+    /// Bytes all connections have queued or unacknowledged for sending (with
+    /// [`crate::Limits::SEND_OVERHEAD`] per frame); bounded by
+    /// [`crate::Limits::max_endpoint_send_bytes`]. With an [`EndpointGroup`](crate::EndpointGroup), the group's.
+    pub send_backlog_bytes: usize,
+}

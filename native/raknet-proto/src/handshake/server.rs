@@ -66,8 +66,8 @@ use crate::admission::{ip_key, network_caps, BoundedMap, Network};
 use crate::codec::Encode;
 use crate::config::{AdmissionLimits, CookieMode, EndpointConfig};
 use crate::datagram::{DataHeader, Datagram};
-use crate::endpoint::{EndpointGroup, EndpointStats};
 use crate::frame::{Frame, Frames};
+use crate::group::EndpointGroup;
 use crate::message::{
     id, AlreadyConnected, ConnectedMessage, ConnectionRequestAccepted, IncompatibleProtocolVersion,
     OpenConnectionReply1, OpenConnectionReply2, OpenConnectionRequest1, OpenConnectionRequest2,
@@ -75,6 +75,7 @@ use crate::message::{
 use crate::reliability::Reliability;
 use crate::rng::{derive, siphash24};
 use crate::seq::{DatagramSeq, MessageIndex, OrderIndex};
+use crate::stats::EndpointStats;
 
 /// How long a cookie epoch lasts; cookies of the current and previous epoch are accepted.
 const COOKIE_EPOCH_MS: u64 = 2000;

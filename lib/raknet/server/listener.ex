@@ -1,0 +1,452 @@
+defmodule RakNet.Server.Listener do
+  @moduledoc false
+  # Owns a server's endpoints (sockets + engines) and starts a RakNet.Connection for every
+  # client that completes the handshake.
+  # The listener bounds its own terminate (its stop wait); the supervisor waits for it.
+  use GenServer, shutdown: :infinity
+
+  require Logger
+
+  alias RakNet.Native
+  alias RakNet.Server.Config
+
+  # How long stopping waits for peers to acknowledge their disconnection notifications.
+  @stop_wait 3_000
+  # How long past that the listener waits for its endpoints to say they stopped.
+  @stop_margin 1_000
+
+  def start_link(args), do: GenServer.start_link(__MODULE__, args)
+
+  @impl GenServer
+  def init({%Config{} = config, supervisor, connections}) do
+    Process.flag(:trap_exit, true)
+    warn_ignored(config)
+    warn_open_ipv6(config)
+    warn_pong_size(config, config.offline_ping_response)
+
+    # A listener that restarts opens its sockets with what the operator changed since the
+    # server started (the rest, bans and suspension, right after).
+    overrides = RakNet.Connection.Registry.overrides(supervisor)
+
+    config = %{
+      config
+      | max_connections: Map.get(overrides, :max_connections, config.max_connections),
+        offline_ping_response:
+          Map.get(overrides, :offline_ping_response, config.offline_ping_response),
+        # One GUID for both sockets: clients see one server, and the sockets share the table
+        # that keeps each client GUID one peer's.
+        server_identifier: config.server_identifier || :rand.uniform(0xFFFF_FFFF_FFFF_FFFF)
+    }
+
+    families =
+      [{config.open_ipv4_socket, :inet}, {config.open_ipv6_socket, :inet6}]
+      |> Enum.filter(&elem(&1, 0))
+      |> Enum.map(&elem(&1, 1))
+
+    case open(config, families, []) do
+      {:ok, endpoints} ->
+        schedule_telemetry(config)
+        RakNet.Connection.Registry.register_server(supervisor)
+
+        state = %{
+          config: config,
+          supervisor: supervisor,
+          endpoints: endpoints,
+          connections: connections,
+          handler: RakNet.Handler.spec!(config.client_module),
+          telemetry: %{}
+        }
+
+        {:ok, reapply(state, overrides)}
+
+      {:error, reason} ->
+        {:stop, reason}
+    end
+  end
+
+  # What the operator changed while the server runs (suspend/1, set_max_connections/2,
+  # set_offline_ping_response/2, ban/3, unban/2) is kept beside the server's registry rows,
+  # and applied again by a listener that restarts (after an endpoint's thread failed, say):
+  # a restart lifted every ban and resumed a suspended server.
+  defp remember(state, fun) do
+    overrides = RakNet.Connection.Registry.overrides(state.supervisor)
+    RakNet.Connection.Registry.put_overrides(state.supervisor, fun.(overrides))
+  end
+
+  defp reapply(state, overrides) do
+    for {_, ep} <- state.endpoints do
+      if Map.get(overrides, :suspended), do: Native.endpoint_set_suspended(ep, true)
+
+      if pong = overrides[:offline_ping_response],
+        do: Native.endpoint_set_offline_ping_response(ep, pong)
+
+      if max = overrides[:max_connections], do: Native.endpoint_set_max_connections(ep, max)
+
+      now = now_ms()
+
+      for {_key, {ip, until}} <- Map.get(overrides, :bans, %{}) do
+        case until do
+          :infinity -> Native.endpoint_ban(ep, ip, nil)
+          until when until > now -> Native.endpoint_ban(ep, ip, until - now)
+          _expired -> :ok
+        end
+      end
+    end
+
+    case overrides[:max_connections] do
+      nil -> state
+      max -> %{state | config: %{state.config | max_connections: max}}
+    end
+  end
+
+  defp now_ms, do: System.monotonic_time(:millisecond)
+
+  # The saved bans, keyed as the runtime counts them (an IPv4-mapped address as its IPv4
+  # address, an IPv6 one by its /64), without the expired ones; `ban` nil lifts `key`'s.
+  defp save_ban(overrides, key, ban) do
+    now = now_ms()
+
+    bans =
+      overrides
+      |> Map.get(:bans, %{})
+      |> Map.reject(fn {_, {_, until}} -> until != :infinity and until <= now end)
+
+    bans = if ban, do: Map.put(bans, key, ban), else: Map.delete(bans, key)
+    Map.put(overrides, :bans, bans)
+  end
+
+  defp ban_key(text) do
+    case String.split(text, "/") do
+      [ip, len] -> {ban_key(ip), len}
+      _ -> host_ban_key(text)
+    end
+  end
+
+  defp host_ban_key(text) do
+    case :inet.parse_address(to_charlist(text)) do
+      {:ok, {0, 0, 0, 0, 0, 0xFFFF, ab, cd}} ->
+        {div(ab, 256), rem(ab, 256), div(cd, 256), rem(cd, 256)}
+
+      {:ok, {a, b, c, d, _, _, _, _}} ->
+        {:v6, a, b, c, d}
+
+      {:ok, ip} ->
+        ip
+
+      {:error, _} ->
+        text
+    end
+  end
+
+  # The periodic [:raknet, :server, :stats] event, when telemetry is there to take it.
+  defp schedule_telemetry(%Config{telemetry_interval_ms: nil}), do: :ok
+
+  defp schedule_telemetry(config) do
+    if RakNet.Telemetry.enabled?(),
+      do: Process.send_after(self(), :telemetry, config.telemetry_interval_ms)
+  end
+
+  # The first error of `fun` over every endpoint, or :ok.
+  defp each_endpoint(state, fun) do
+    state.endpoints
+    |> Enum.map(fn {_, endpoint} -> fun.(endpoint) end)
+    |> Enum.find(:ok, &match?({:error, _}, &1))
+  end
+
+  defp warn_pong_size(config, payload) do
+    unless Config.pong_fits?(config, payload) do
+      Logger.warning(
+        "raknet: the offline ping response (#{byte_size(payload)} bytes) makes pongs larger " <>
+          "than :pong_amplification (#{config.pong_amplification}) times a ping: pinging " <>
+          "clients (server lists) get no answer; shorten it or raise :pong_amplification",
+        raknet_port: config.port
+      )
+    end
+  end
+
+  # :ip restricts the IPv4 socket only; say so when the IPv6 socket still takes everything.
+  defp warn_open_ipv6(%Config{ipv6_unrestricted: true, ip: ip} = config) do
+    Logger.warning(
+      "raknet: :ip #{:inet.ntoa(ip)} restricts the IPv4 socket only; the IPv6 socket " <>
+        "listens on every interface ([::]); set :ipv6_ip, or open_ipv6_socket: false",
+      raknet_port: config.port
+    )
+  end
+
+  defp warn_open_ipv6(_config), do: :ok
+
+  # X-Plane options that have no meaning here: said once, when the server starts.
+  defp warn_ignored(%Config{ignored_options: ignored, port: port}) do
+    for option <- ignored do
+      Logger.warning(
+        "raknet: the X-Plane option #{inspect(option)} is accepted and ignored " <>
+          "(#{ignored_reason(option)})",
+        raknet_port: port
+      )
+    end
+  end
+
+  defp ignored_reason(:send),
+    do: "the Rust runtime owns the sockets, so outgoing datagrams cannot be captured from Elixir"
+
+  defp ignored_reason(_option), do: "X-Plane's library does not use it either"
+
+  defp open(_config, [], acc), do: {:ok, acc}
+
+  # Each family's port is served by a group of endpoints, one per thread.
+  defp open(config, [family | rest], acc) do
+    threads = Config.endpoint_threads(config)
+
+    case Native.endpoint_start_group(Config.to_native(config, family, threads), self(), threads) do
+      {:ok, group} ->
+        open(config, rest, acc ++ Enum.map(group, &{family, &1}))
+
+      {:error, reason} ->
+        Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint, 0) end)
+        {:error, reason}
+    end
+  end
+
+  @impl GenServer
+  def handle_call(:info, _from, state) do
+    infos = family_infos(state)
+    port = fn family -> infos |> Keyword.get(family, %{}) |> Map.get(:port) end
+    count = DynamicSupervisor.count_children(state.connections).active
+
+    info = %{
+      ipv4_port: port.(:inet),
+      ipv6_port: port.(:inet6),
+      connections: count,
+      endpoints: Enum.map(infos, &elem(&1, 1))
+    }
+
+    {:reply, info, state}
+  end
+
+  def handle_call({:set_offline_ping_response, data}, _from, state) do
+    results =
+      Enum.map(state.endpoints, fn {_, endpoint} ->
+        Native.endpoint_set_offline_ping_response(endpoint, data)
+      end)
+
+    case Enum.find(results, &match?({:error, _}, &1)) do
+      nil ->
+        warn_pong_size(state.config, data)
+        remember(state, &Map.put(&1, :offline_ping_response, data))
+        {:reply, :ok, state}
+
+      error ->
+        {:reply, error, state}
+    end
+  end
+
+  def handle_call({:stop_wait, ms}, _from, state),
+    do: {:reply, :ok, Map.put(state, :stop_wait, ms)}
+
+  def handle_call({:suspended, suspended}, _from, state) do
+    Enum.each(state.endpoints, fn {_, ep} -> Native.endpoint_set_suspended(ep, suspended) end)
+    remember(state, &Map.put(&1, :suspended, suspended))
+    {:reply, :ok, state}
+  end
+
+  def handle_call({:max_connections, max}, _from, state) do
+    Enum.each(state.endpoints, fn {_, ep} -> Native.endpoint_set_max_connections(ep, max) end)
+    remember(state, &Map.put(&1, :max_connections, max))
+    {:reply, :ok, %{state | config: %{state.config | max_connections: max}}}
+  end
+
+  def handle_call({:ban, ip, duration}, _from, state) do
+    until = if duration, do: now_ms() + duration, else: :infinity
+    remember(state, &save_ban(&1, ban_key(ip), {ip, until}))
+    {:reply, each_endpoint(state, &Native.endpoint_ban(&1, ip, duration)), state}
+  end
+
+  def handle_call({:unban, ip}, _from, state) do
+    remember(state, &save_ban(&1, ban_key(ip), nil))
+    {:reply, each_endpoint(state, &Native.endpoint_unban(&1, ip)), state}
+  end
+
+  def handle_call(:banned, _from, state) do
+    bans =
+      state.endpoints
+      |> Enum.flat_map(fn {_, endpoint} ->
+        case Native.endpoint_banned(endpoint) do
+          list when is_list(list) -> list
+          {:error, _} -> []
+        end
+      end)
+      |> Enum.flat_map(fn {text, left} ->
+        left = if left, do: left, else: :infinity
+
+        case RakNet.Server.ban_target(text) do
+          {:ok, ip, nil} -> [{ip, left}]
+          {:ok, ip, len} -> [{{ip, len}, left}]
+          {:error, _} -> []
+        end
+      end)
+      |> Enum.uniq_by(&elem(&1, 0))
+
+    {:reply, bans, state}
+  end
+
+  @impl GenServer
+  def handle_info({:raknet_endpoint, _endpoint, :connected, conn, info}, state) do
+    config = state.config
+
+    args = {:accepted, conn, state.handler, config.client_data, state.supervisor, info}
+
+    case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
+      {:ok, _pid} ->
+        :ok
+
+      :ignore ->
+        :ok
+
+      {:error, reason} ->
+        Logger.warning("raknet: could not start a connection process: #{inspect(reason)}")
+        Native.conn_close(conn)
+    end
+
+    {:noreply, state}
+  end
+
+  def handle_info({:raknet_endpoint, _endpoint, :log, level, text}, state) do
+    Logger.log(level, "raknet: " <> text, raknet_port: state.config.port)
+    {:noreply, state}
+  end
+
+  # An endpoint stopped although nobody asked (its thread crashed; the runtime has told every
+  # connection process with {:raknet_disconnect, conn, :endpoint_down}): the listener stops so
+  # that the server's supervisor starts it again with fresh sockets, or gives up if that keeps
+  # happening (its restart intensity), taking the server down with it.
+  def handle_info({:raknet_endpoint, endpoint, :stopped}, state) do
+    case List.keyfind(state.endpoints, endpoint, 1) do
+      {family, ^endpoint} ->
+        Logger.error("raknet: the #{family} endpoint of port #{state.config.port} stopped",
+          raknet_port: state.config.port
+        )
+
+        endpoints = List.keydelete(state.endpoints, endpoint, 1)
+        {:stop, {:shutdown, {:endpoint_down, family}}, %{state | endpoints: endpoints}}
+
+      nil ->
+        {:noreply, state}
+    end
+  end
+
+  def handle_info(:telemetry, state) do
+    schedule_telemetry(state.config)
+    infos = family_infos(state)
+    %{supervisor: supervisor, telemetry: previous} = state
+
+    # Emitted from a process of its own: handlers run where the event is emitted, and one
+    # that called the server (to put the player count in the MOTD, say) called this process
+    # from itself, exited and was detached; a slow one held up every accept.
+    spawn(fn ->
+      for {family, info} <- infos,
+          do:
+            RakNet.Telemetry.server_stats(
+              supervisor,
+              family,
+              info,
+              Map.get(previous, family, %{})
+            )
+    end)
+
+    {:noreply,
+     %{
+       state
+       | telemetry: Map.new(infos, fn {family, info} -> {family, Map.get(info, :stats, %{})} end)
+     }}
+  end
+
+  def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
+  def handle_info(_other, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(reason, state) do
+    # Stopped by the supervisor (the server stops, or restarts its children): calls to the
+    # server fail at once from now, rather than wait for a supervisor busy stopping.
+    if reason == :shutdown, do: RakNet.Connection.Registry.server_stopping(state.supervisor)
+    linger = Map.get(state, :stop_wait, @stop_wait)
+    for {_, endpoint} <- state.endpoints, do: Native.endpoint_stop(endpoint, linger)
+
+    # The endpoints' own wait, and a little more for them to close their sockets: once
+    # each has said :stopped, its port is free (a restarted listener binds it again).
+    deadline = System.monotonic_time(:millisecond) + linger + @stop_margin
+
+    for {_, endpoint} <- state.endpoints do
+      wait = max(deadline - System.monotonic_time(:millisecond), 0)
+
+      receive do
+        {:raknet_endpoint, ^endpoint, :stopped} -> :ok
+      after
+        wait -> :ok
+      end
+    end
+
+    :ok
+  end
+
+  # Per address family, the info of its endpoint threads added up. An endpoint that cannot
+  # answer (its thread just ended) is left out, never a crash here.
+  defp family_infos(state) do
+    infos =
+      for {family, endpoint} <- state.endpoints,
+          info = endpoint_info(endpoint),
+          is_map(info),
+          do: {family, info}
+
+    for family <- infos |> Enum.map(&elem(&1, 0)) |> Enum.uniq() do
+      {family,
+       infos |> Enum.filter(&(elem(&1, 0) == family)) |> Enum.map(&elem(&1, 1)) |> merge()}
+    end
+  end
+
+  # Counters and per-second rates add up; the group-wide buffered bytes (every thread reports
+  # the same total), RTT percentiles and loss are the worst thread's.
+  @not_summed [:buffered_bytes]
+  @worst [:rtt_p50_ms, :rtt_p90_ms, :rtt_p99_ms, :rtt_max_ms, :packet_loss]
+
+  defp merge([first | _] = infos) do
+    stats =
+      infos
+      |> Enum.map(&Map.get(&1, :stats, %{}))
+      |> Enum.reduce(fn stats, acc ->
+        Map.merge(acc, stats, fn
+          key, a, b when key in @not_summed -> max(a, b)
+          _key, a, b -> a + b
+        end)
+      end)
+
+    rates =
+      infos
+      |> Enum.map(&Map.get(&1, :rates, %{}))
+      |> Enum.reduce(fn rates, acc ->
+        Map.merge(acc, rates, fn
+          key, a, b when key in @worst -> max(a, b)
+          key, a, b when key in [:worst_rtt, :worst_loss] -> worst(key, a ++ b)
+          _key, a, b -> a + b
+        end)
+      end)
+
+    threads = Enum.map(infos, &%{connections: &1.connections, stats: &1.stats})
+
+    %{
+      first
+      | connections: infos |> Enum.map(& &1.connections) |> Enum.sum(),
+        stats: stats
+    }
+    |> Map.put(:rates, rates)
+    |> Map.put(:threads, threads)
+  end
+
+  defp worst(:worst_rtt, list), do: list |> Enum.sort_by(& &1.rtt_ms, :desc) |> Enum.take(5)
+  defp worst(:worst_loss, list), do: list |> Enum.sort_by(& &1.packet_loss, :desc) |> Enum.take(5)
+
+  defp endpoint_info(endpoint) do
+    Native.endpoint_info(endpoint)
+  rescue
+    _ -> nil
+  end
+end
