@@ -1,7 +1,8 @@
 # Entry points for humans and CI (.ci/run runs `make test`). Each target installs what it needs.
 #
 #   make server   run the example RakNet echo server (live Bedrock MOTD, echoes messages) on udp 19132/19133
-#   make test     every check CI runs: rustfmt, clippy, cargo test, mix format, mix test
+#   make test     every check CI runs: rustfmt, clippy, cargo test, each fuzz target for a few
+#                 seconds (FUZZ_SMOKE_SECONDS), mix format, mix test
 #   make lint     the formatting and clippy checks alone
 #   make build    build the NIF and the Elixir app (mix compile; MIX_ENV defaults to dev)
 #   make bench    benchmarks: codec, engine over the simulator, raw loopback UDP, and RakNet.Server
@@ -65,6 +66,7 @@ test: deps venv npm
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo test --workspace
+	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 	$(MIX) format --check-formatted </dev/null
 	$(MIX) test </dev/null
 
@@ -107,6 +109,8 @@ attack: build
 		{ status=$$?; echo "raknet-attack failed; server log:" >&2; tail -n 30 $$log >&2; exit $$status; }
 
 FUZZ_SECONDS ?= 60
+# `make test` builds every fuzz target (with the sanitizers) and runs each this long.
+FUZZ_SMOKE_SECONDS ?= 3
 FUZZ_TARGETS := datagram frame ack offline connected_message address endpoint
 
 # cargo-fuzz needs nightly-only sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain

@@ -212,8 +212,8 @@ defmodule RakNet do
   Connections that have closed, are over their send budget, or would need more fragments
   than their peer reassembles or more bytes than their server's `:max_message_bytes` (see
   `RakNet.Connection.send/4`), are skipped. Returns `{:ok, count}`, the number of
-  connections it was queued for, or `{:error, reason}` for bad arguments (`:too_large` over
-  32 MiB, or too large for every open connection given; `:bad_reliability` also for the
+  connections it was queued for, or `{:error, reason}` for bad arguments (`:too_large` when
+  too large for every open connection given; `:bad_reliability` also for the
   `*_ack_receipt` reliabilities: a receipt belongs to one send). Options as `RakNet.Connection.send/4`
   (`:channel`, `:priority`).
 
@@ -224,9 +224,6 @@ defmodule RakNet do
   @spec broadcast([pid() | reference()], atom(), binary(), keyword()) ::
           {:ok, non_neg_integer()} | {:error, atom() | {:unknown_option, term()}}
   def broadcast(connections, reliability, message, opts \\ [])
-
-  # The runtime's limit of one message (Limits::max_message_bytes).
-  @max_message_bytes 32 * 1024 * 1024
 
   def broadcast(_connections, _reliability, message, _opts) when not is_binary(message),
     do: {:error, :not_binary}
@@ -253,10 +250,9 @@ defmodule RakNet do
           []
       end)
 
-    # Too large for any connection: an error, as send/3 says, not {:ok, 0}.
-    if byte_size(message) > @max_message_bytes,
-      do: {:error, :too_large},
-      else: RakNet.Native.broadcast(handles, reliability, channel, priority, message)
+    # Each connection's limit is checked by the NIF: too large for every one of them is
+    # {:error, :too_large}, not {:ok, 0}.
+    RakNet.Native.broadcast(handles, reliability, channel, priority, message)
   end
 
   defp resolve(host) when is_tuple(host), do: {:ok, host}

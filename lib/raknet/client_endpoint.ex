@@ -172,25 +172,17 @@ defmodule RakNet.ClientEndpoint do
   defp family(ip) when tuple_size(ip) == 4, do: :inet
   defp family(_ip), do: :inet6
 
-  @doc "The `endpoint_start` options of a client endpoint of `family` (docs/nif-contract.md)."
+  @doc """
+  The `endpoint_start` options of a client endpoint of `family` (docs/nif-contract.md): what
+  differs from the engine's defaults, which the NIF fills in for every key left out.
+  """
   @spec native_opts(:inet | :inet6) :: map()
   def native_opts(family) do
     %{
       host: if(family == :inet, do: "0.0.0.0", else: "::"),
-      port: 0,
       accept_incoming: false,
+      # One connection per server; the engine's limit is a server's.
       max_connections: 65_536,
-      protocol_versions: [11, 10, 6],
-      min_mtu: 400,
-      max_mtu: 1492,
-      timeout_ms: 10_000,
-      include_timestamp_with_datagrams: false,
-      offline_ping_response: "",
-      max_number_of_internal_ids: 10,
-      use_cookies: true,
-      guid: nil,
-      max_pending_deliveries: 10_000,
-      max_pending_bytes: 4_194_304,
       # The application chose the server it connects to: no limit on its message rate.
       max_messages_per_sec: nil,
       # One socket per endpoint, running on one of the node's shared client threads.

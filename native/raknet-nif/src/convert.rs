@@ -162,114 +162,107 @@ fn admission(map: Term<'_>) -> Result<AdmissionLimits, &'static str> {
     })
 }
 
-/// Decode the option map; the error names the offending key.
+/// Decode the option map; the error names the offending key. Every key is optional: an
+/// absent one (or `nil`, where `nil` means nothing else) takes the engine's default
+/// (`EndpointConfig::default()`), or for the runtime's own options the default named here,
+/// so a default is written once (docs/nif-contract.md).
 pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'static str> {
-    let host: String = get(map, "host")?;
-    let ip: IpAddr = host.parse().map_err(|_| "host")?;
-    let port: u16 = get(map, "port")?;
-    let protocol_versions: Vec<u8> = get(map, "protocol_versions")?;
+    let d = EndpointConfig::default();
+    let ip: IpAddr = match opt::<String>(map, "host")? {
+        Some(host) => host.parse().map_err(|_| "host")?,
+        None => IpAddr::from([0, 0, 0, 0]),
+    };
+    let port: u16 = opt(map, "port")?.unwrap_or(0);
+    let protocol_versions: Vec<u8> = opt(map, "protocol_versions")?.unwrap_or(d.protocol_versions);
     if protocol_versions.is_empty() {
         return Err("protocol_versions");
     }
-    let min_mtu: u16 = get(map, "min_mtu")?;
-    let max_mtu: u16 = get(map, "max_mtu")?;
+    let min_mtu: u16 = opt(map, "min_mtu")?.unwrap_or(d.min_mtu);
+    let max_mtu: u16 = opt(map, "max_mtu")?.unwrap_or(d.max_mtu);
     if !(400..=max_mtu).contains(&min_mtu) || max_mtu > 1500 {
         return Err("max_mtu");
     }
-    let timeout_ms: u64 = get(map, "timeout_ms")?;
-    let guid: Option<u64> = get(map, "guid")?;
-    let offline: rustler::Binary = get(map, "offline_ping_response")?;
-    let max_connections: usize = get(map, "max_connections")?;
-    // Optional keys: absent (or nil) keeps the engine's default.
-    let advertised_ip = match get::<Option<String>>(map, "advertised_ip") {
-        Ok(Some(text)) => Some(text.parse::<IpAddr>().map_err(|_| "advertised_ip")?),
-        _ => None,
+    let advertised_ip = match opt::<String>(map, "advertised_ip")? {
+        Some(text) => Some(text.parse::<IpAddr>().map_err(|_| "advertised_ip")?),
+        None => None,
     };
-    let strip_timestamps = get::<bool>(map, "strip_timestamps").unwrap_or(true);
-    let congestion = congestion_option(map)?.unwrap_or_default();
-    let in_flight = get::<usize>(map, "max_reliable_in_flight")
-        .ok()
-        .map(|n| n.max(1));
+    let ms = |key| -> Result<Option<Duration>, &'static str> {
+        Ok(opt::<u64>(map, key)?.map(|ms| Duration::from_millis(ms.max(100))))
+    };
+    // Tests and benchmarks only: fewer frames in flight towards a peer with a small receive
+    // buffer (whichever the congestion controller).
+    let in_flight = opt::<usize>(map, "max_reliable_in_flight")?.map(|n| n.max(1));
+    let l = Limits::default();
     let config = EndpointConfig {
         rng_seed: seed(),
         secret: seed(),
-        guid,
+        guid: opt(map, "guid")?,
         protocol_versions,
-        accept_incoming: get(map, "accept_incoming")?,
+        accept_incoming: opt(map, "accept_incoming")?.unwrap_or(d.accept_incoming),
         max_mtu,
         min_mtu,
-        mtu_probes: [1492, 1200, 576]
-            .into_iter()
-            .map(|m: u16| m.min(max_mtu))
-            .collect(),
+        mtu_probes: d.mtu_probes.iter().map(|&m| m.min(max_mtu)).collect(),
         use_cookies: cookie_mode(map)?,
-        internal_addresses: get(map, "max_number_of_internal_ids")?,
-        datagram_timestamps: get(map, "include_timestamp_with_datagrams")?,
+        internal_addresses: opt(map, "max_number_of_internal_ids")?.unwrap_or(d.internal_addresses),
+        datagram_timestamps: opt(map, "include_timestamp_with_datagrams")?
+            .unwrap_or(d.datagram_timestamps),
         advertised_ip,
-        strip_timestamps,
-        congestion,
-        timeout: Duration::from_millis(timeout_ms.max(100)),
-        offline_ping_response: bytes::Bytes::copy_from_slice(offline.as_slice()),
+        strip_timestamps: opt(map, "strip_timestamps")?.unwrap_or(d.strip_timestamps),
+        congestion: congestion_option(map)?.unwrap_or(d.congestion),
+        timeout: ms("timeout_ms")?.unwrap_or(d.timeout),
+        handshake_timeout: ms("handshake_timeout_ms")?.unwrap_or(d.handshake_timeout),
+        offline_ping_response: match opt::<rustler::Binary>(map, "offline_ping_response")? {
+            Some(b) => bytes::Bytes::copy_from_slice(b.as_slice()),
+            None => d.offline_ping_response.clone(),
+        },
         limits: Limits {
-            max_connections,
-            // Optional: the engine's default unless given.
-            max_endpoint_buffered_bytes: get::<usize>(map, "max_buffered_bytes")
-                .unwrap_or(Limits::default().max_endpoint_buffered_bytes),
-            max_endpoint_send_bytes: get::<usize>(map, "max_send_bytes")
-                .unwrap_or(Limits::default().max_endpoint_send_bytes),
-            max_message_bytes: get::<usize>(map, "max_message_bytes")
-                .unwrap_or(Limits::default().max_message_bytes),
-            // Tests only: fewer frames in flight towards a peer with a small receive buffer
-            // (whichever the congestion controller).
-            max_reliable_in_flight: in_flight.unwrap_or(Limits::default().max_reliable_in_flight),
-            max_bbr_reliable_in_flight: in_flight
-                .unwrap_or(Limits::default().max_bbr_reliable_in_flight),
-            // Optional: absent keeps the engine's default; nil (or 0) is no limit.
+            max_connections: opt(map, "max_connections")?.unwrap_or(l.max_connections),
+            max_endpoint_buffered_bytes: opt(map, "max_buffered_bytes")?
+                .unwrap_or(l.max_endpoint_buffered_bytes),
+            max_endpoint_send_bytes: opt(map, "max_send_bytes")?
+                .unwrap_or(l.max_endpoint_send_bytes),
+            max_message_bytes: opt(map, "max_message_bytes")?.unwrap_or(l.max_message_bytes),
+            max_reliable_in_flight: in_flight.unwrap_or(l.max_reliable_in_flight),
+            max_bbr_reliable_in_flight: in_flight.unwrap_or(l.max_bbr_reliable_in_flight),
+            // nil (or 0) is no limit.
             max_messages_per_sec: nullable::<u32>(map, "max_messages_per_sec")?
-                .map_or(Limits::default().max_messages_per_sec, |n| {
-                    n.filter(|&n| n > 0)
-                }),
-            ..Limits::default()
+                .map_or(l.max_messages_per_sec, |n| n.filter(|&n| n > 0)),
+            ..l
         },
         admission: admission(map)?,
-        ..EndpointConfig::default()
+        ..d
     };
-    let config = match opt::<u64>(map, "handshake_timeout_ms")? {
-        Some(ms) => EndpointConfig {
-            handshake_timeout: Duration::from_millis(ms.max(100)),
-            ..config
-        },
-        None => config,
-    };
-    // Optional: absent means one socket per address family.
-    let dual_stack = get::<bool>(map, "dual_stack").unwrap_or(false);
+    // One socket per address family unless asked.
+    let dual_stack = opt(map, "dual_stack")?.unwrap_or(false);
     if dual_stack && !ip.is_ipv6() {
         return Err("dual_stack");
     }
+    let budget = crate::resource::DeliveryBudget::default();
     Ok(EndpointOptions {
         bind: SocketAddr::new(ip, port),
         dual_stack,
         shared_thread: shared_thread(map)?,
         // Tests only: lets `endpoint_inject_fault` crash this endpoint's thread.
-        fault_injection: get::<bool>(map, "fault_injection").unwrap_or(false),
-        batch_delivery: get::<bool>(map, "batch_delivery").unwrap_or(false),
-        batched_io: get::<bool>(map, "batched_io").unwrap_or(true),
+        fault_injection: opt(map, "fault_injection")?.unwrap_or(false),
+        batch_delivery: opt(map, "batch_delivery")?.unwrap_or(false),
+        batched_io: opt(map, "batched_io")?.unwrap_or(true),
         gso: match (
-            get::<bool>(map, "gso").unwrap_or(true),
-            get::<bool>(map, "gso_fault").unwrap_or(false),
+            opt(map, "gso")?.unwrap_or(true),
+            opt(map, "gso_fault")?.unwrap_or(false),
         ) {
             (false, _) => crate::udp::Gso::Off,
             (true, false) => crate::udp::Gso::On,
             (true, true) => crate::udp::Gso::RefuseFirst,
         },
-        inline_sends: get::<bool>(map, "inline_sends").unwrap_or(true),
-        send_full_fault: get::<bool>(map, "send_full_fault").unwrap_or(false),
+        inline_sends: opt(map, "inline_sends")?.unwrap_or(true),
+        send_full_fault: opt(map, "send_full_fault")?.unwrap_or(false),
         config,
         budget: crate::resource::DeliveryBudget {
-            messages: get::<usize>(map, "max_pending_deliveries")?.max(16),
-            // Optional: 4 MiB unless given.
-            bytes: get::<usize>(map, "max_pending_bytes")
-                .unwrap_or(4 << 20)
+            messages: opt::<usize>(map, "max_pending_deliveries")?
+                .unwrap_or(budget.messages)
+                .max(16),
+            bytes: opt::<usize>(map, "max_pending_bytes")?
+                .unwrap_or(budget.bytes)
                 .max(64 << 10),
         },
     })

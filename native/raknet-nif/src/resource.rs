@@ -27,6 +27,16 @@ pub(crate) struct DeliveryBudget {
     pub(crate) bytes: usize,
 }
 
+impl Default for DeliveryBudget {
+    /// 10,000 messages or 4 MiB behind.
+    fn default() -> Self {
+        Self {
+            messages: 10_000,
+            bytes: 4 << 20,
+        }
+    }
+}
+
 impl DeliveryBudget {
     /// Whether `messages` / `bytes` outstanding are over the budget.
     pub(crate) fn exceeded(&self, messages: usize, bytes: usize) -> bool {
