@@ -125,6 +125,10 @@ defmodule Bench do
         max_connections_per_ip: 20_000,
         max_half_open: 20_000,
         max_half_open_per_ip: 20_000,
+        # Throughput runs send far more than a player's 1,000 messages a second on one
+        # connection, and every connect comes from one address.
+        max_messages_per_sec: nil,
+        new_connections_per_ip_per_sec: 100_000,
         client_data: client_data,
         # BENCH_BATCH=0: one {:raknet, ...} per message to the connection processes instead
         # of the default {:raknet_batch, ...}.

@@ -79,6 +79,51 @@ defmodule RakNet.FaultsTest do
     assert_receive {:raknet, ^conn, 0x86, "again", _}, 5_000
   end
 
+  # A listener restarts when its endpoint stops by itself (above); one that keeps stopping is
+  # not restarted for ever: past the supervisor's intensity (3 restarts in 5 s) the server
+  # gives up and ends.
+  @tag :capture_log
+  test "a server whose endpoints keep stopping gives up" do
+    {server, _port} = start_server(EchoClient, restart: :temporary)
+    server_ref = Process.monitor(server)
+    # Stop the endpoint of each listener in turn, as if its thread had ended, until the
+    # server ends: after the fourth restart in 5 s at the latest.
+    stops = stop_endpoints_until_down(server, server_ref, 0)
+    assert stops in 3..5
+  end
+
+  defp stop_endpoints_until_down(server, server_ref, stops) do
+    receive do
+      {:DOWN, ^server_ref, :process, ^server, :shutdown} -> stops
+    after
+      0 ->
+        assert stops <= 5, "the server restarted its listener #{stops} times"
+        # The supervisor may be ending already: then it answers nothing.
+        listener =
+          try do
+            listener(server)
+          catch
+            :exit, _ -> nil
+          end
+
+        case is_pid(listener) and :sys.get_state(listener).endpoints do
+          [{:inet, endpoint} | _] ->
+            ref = Process.monitor(listener)
+            Native.endpoint_stop(endpoint)
+
+            assert_receive {:DOWN, ^ref, :process, ^listener,
+                            {:shutdown, {:endpoint_down, :inet}}},
+                           5_000
+
+            stop_endpoints_until_down(server, server_ref, stops + 1)
+
+          _ ->
+            assert_receive {:DOWN, ^server_ref, :process, ^server, :shutdown}, 5_000
+            stops
+        end
+    end
+  end
+
   # What the operator changed was kept by the endpoints only: a restarted listener lifted
   # every ban, resumed a suspended server, and forgot the connection limit and the pong.
   @tag :capture_log

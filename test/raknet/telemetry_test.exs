@@ -159,6 +159,27 @@ defmodule RakNet.TelemetryTest do
                    5_000
   end
 
+  test "limits that took effect are counted by limit" do
+    {server, port} = start_server(pongs_per_ip_per_sec: 2)
+    magic = <<0, 255, 255, 0, 254, 254, 254, 254, 253, 253, 253, 253, 18, 52, 86, 120>>
+    {:ok, socket} = :gen_udp.open(0, [:binary, active: false, ip: {127, 0, 0, 1}])
+    on_exit(fn -> :gen_udp.close(socket) end)
+
+    # 10 unconnected pings at once from one address: its budget answers some (2 a second,
+    # bursts of a second's worth), and the rest are counted as rate-limited.
+    for t <- 1..10 do
+      :ok = :gen_udp.send(socket, {127, 0, 0, 1}, port, <<0x01, t::64, magic::binary, 7::64>>)
+    end
+
+    assert_receive {:telemetry, [:raknet, :server, :limited], %{count: count},
+                    %{server: ^server, limit: :pongs_rate_limited, family: :inet}},
+                   5_000
+
+    assert count >= 1
+    assert %{endpoints: [%{stats: %{pongs_rate_limited: limited}}]} = RakNet.Server.info(server)
+    assert limited >= count
+  end
+
   test "the handshake turning strict under a flood of unproven handshakes is an event" do
     {server, port} = start_server(strict_half_open: 3, endpoint_threads: 1)
     magic = <<0, 255, 255, 0, 254, 254, 254, 254, 253, 253, 253, 253, 18, 52, 86, 120>>

@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use raknet_proto::{Endpoint, EndpointGroup, GuidTable, SendOptions, ORDERING_CHANNELS};
+use raknet_proto::{Endpoint, EndpointGroup, GuidTable, SendError, SendOptions, ORDERING_CHANNELS};
 use rustler::{Atom, Binary, Encoder, Env, LocalPid, NifResult, ResourceArc, Term};
 
-use crate::resource::{send_cost, Command, ConnResource, EndpointResource};
+use crate::resource::{Command, ConnResource, EndpointResource};
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -348,9 +348,6 @@ fn start_endpoints<'a>(
             guid: endpoint.guid(),
             dual_stack: options.dual_stack,
             buffers,
-            send_budget: endpoint.config().limits.send_budget(),
-            group: group.clone(),
-            max_message_bytes: endpoint.config().limits.max_message_bytes,
             budget: options.budget,
             fault_injection: options.fault_injection,
             batch_delivery: options.batch_delivery,
@@ -698,21 +695,14 @@ fn send_message<'a>(
     if conn.closed.load(Ordering::Relaxed) {
         return error(env, atoms::closed());
     }
-    let len = data.len();
-    if len == 0 {
-        return error(env, atoms::empty());
-    }
-    if len > conn.max_message_bytes.load(Ordering::Relaxed) {
-        return error(env, atoms::too_large());
-    }
-    // Pending bytes first, with Acquire: see `Driver::settle`.
-    let queued = conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
-    let cost = send_cost(len);
-    if !conn.fits(queued + cost) {
-        return error(env, atoms::over_budget());
+    // The engine's rules, on this thread: open, size, budget (see `raknet_proto::SendGate`).
+    let Some(gate) = conn.gate.get() else {
+        return error(env, atoms::not_connected());
+    };
+    if let Err(e) = gate.admit(data.len()) {
+        return error(env, send_error(e));
     }
     let receipt = reliability.has_receipt().then(|| conn.receipt_id());
-    conn.pending_bytes.fetch_add(cost, Ordering::Relaxed);
     let opts = SendOptions {
         reliability,
         channel,
@@ -762,33 +752,38 @@ fn broadcast<'a>(
         channel,
         priority,
     };
-    let data = Bytes::copy_from_slice(data.as_slice());
     // Few endpoints per call (a server has one or two): a linear search groups them.
     let mut groups: Vec<(&resource::CommandTx, Vec<u64>)> = Vec::new();
     let mut queued = 0usize;
     let (mut open, mut too_large) = (0usize, 0usize);
     for conn in &conns {
-        if conn.closed.load(Ordering::Relaxed) {
+        let Some(gate) = conn
+            .gate
+            .get()
+            .filter(|_| !conn.closed.load(Ordering::Relaxed))
+        else {
             continue;
+        };
+        match gate.admit(len) {
+            Ok(_) => open += 1,
+            Err(SendError::TooLarge) => {
+                open += 1;
+                too_large += 1;
+                continue;
+            }
+            Err(SendError::QueueFull) => {
+                open += 1;
+                continue;
+            }
+            Err(_) => continue,
         }
-        open += 1;
-        if len > conn.max_message_bytes.load(Ordering::Relaxed) {
-            too_large += 1;
-            continue;
-        }
-        let backlog =
-            conn.pending_bytes.load(Ordering::Acquire) + conn.backlog.load(Ordering::Relaxed);
-        let cost = send_cost(len);
-        if !conn.fits(backlog + cost) {
-            continue;
-        }
-        conn.pending_bytes.fetch_add(cost, Ordering::Relaxed);
         match groups.iter_mut().find(|(tx, _)| tx.same_channel(&conn.tx)) {
             Some((_, keys)) => keys.push(conn.key),
             None => groups.push((&conn.tx, vec![conn.key])),
         }
         queued += 1;
     }
+    let data = Bytes::copy_from_slice(data.as_slice());
     for (tx, keys) in groups {
         let count = keys.len();
         let cmd = Command::Broadcast {
@@ -806,6 +801,19 @@ fn broadcast<'a>(
         return error(env, atoms::too_large());
     }
     (atoms::ok(), queued).encode(env)
+}
+
+/// The atom of a send the engine's rules refused.
+fn send_error(e: SendError) -> Atom {
+    match e {
+        SendError::Closed => atoms::closed(),
+        SendError::NotConnected => atoms::not_connected(),
+        SendError::TooLarge => atoms::too_large(),
+        SendError::Empty => atoms::empty(),
+        SendError::InvalidChannel => atoms::bad_channel(),
+        SendError::QueueFull => atoms::over_budget(),
+        _ => atoms::error(),
+    }
 }
 
 #[rustler::nif]

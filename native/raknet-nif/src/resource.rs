@@ -9,11 +9,11 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use raknet_proto::{EndpointGroup, SendBudget, SendOptions};
+use raknet_proto::{SendGate, SendOptions};
 use rustler::env::SavedTerm;
 use rustler::{Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc};
 use tokio::sync::mpsc::UnboundedSender;
@@ -49,19 +49,6 @@ impl DeliveryBudget {
     }
 }
 
-/// The smallest frame payload of any connection: at the smallest MTU an endpoint takes
-/// (`min_mtu` is at least 400, see `convert`).
-const SMALLEST_FRAGMENT: usize = raknet_proto::max_unsplit_payload(400);
-
-/// What a send of `len` bytes counts against a connection's send budget until the engine's
-/// backlog holds it: its payload and the record of each of its frames, as the engine counts
-/// them ([`raknet_proto::Limits::SEND_OVERHEAD`]), at the most frames it can take. Never
-/// less than the engine counts, so the engine never refuses a send this accepted; a pure
-/// function of `len`, so what `conn_send` adds is exactly what the thread takes off.
-pub(crate) fn send_cost(len: usize) -> usize {
-    len + len.div_ceil(SMALLEST_FRAGMENT).max(1) * raknet_proto::Limits::SEND_OVERHEAD
-}
-
 /// An endpoint: its command channel and what `endpoint_info` needs without asking.
 pub(crate) struct EndpointResource {
     pub(crate) tx: CommandTx,
@@ -71,11 +58,6 @@ pub(crate) struct EndpointResource {
     /// Socket buffer sizes the kernel actually granted (it caps requests at
     /// net.core.rmem_max / wmem_max).
     pub(crate) buffers: (usize, usize),
-    /// The engine's limits that `conn_send` checks before enqueueing, and the group whose
-    /// send backlog the budget shares.
-    pub(crate) send_budget: SendBudget,
-    pub(crate) group: Arc<EndpointGroup>,
-    pub(crate) max_message_bytes: usize,
     pub(crate) budget: DeliveryBudget,
     /// Whether `endpoint_inject_fault` may crash this endpoint (tests only).
     pub(crate) fault_injection: bool,
@@ -96,13 +78,7 @@ pub(crate) struct EndpointResource {
 impl EndpointResource {
     /// A handle for a new connection of this endpoint (accepted or connecting out).
     pub(crate) fn new_conn(&self) -> ConnResource {
-        ConnResource::new(
-            self.tx.clone(),
-            self.send_budget,
-            self.group.clone(),
-            self.max_message_bytes,
-            self.budget,
-        )
+        ConnResource::new(self.tx.clone(), self.budget)
     }
 
     /// Take `server` for a new outgoing connection: `false` if one to it exists already.
@@ -160,10 +136,9 @@ pub(crate) struct ConnResource {
     pub(crate) next_receipt: AtomicU32,
     /// When the last `conn_send` was made (see `driver::Shared::try_send_inline`).
     pub(crate) last_send: AtomicU64,
-    /// Bytes enqueued by `conn_send` that the endpoint thread has not taken yet.
-    pub(crate) pending_bytes: AtomicUsize,
-    /// The engine's queued + unacknowledged bytes, as last seen by the endpoint thread.
-    pub(crate) backlog: AtomicUsize,
+    /// The engine's send rules for this connection, checked by `conn_send` on the caller's
+    /// thread; set by the endpoint thread once the engine has the connection.
+    pub(crate) gate: OnceLock<Arc<SendGate>>,
     /// Messages sent to the owner and not yet confirmed with `conn_delivered`.
     pub(crate) undelivered: AtomicUsize,
     /// Their bytes (type byte included).
@@ -178,55 +153,26 @@ pub(crate) struct ConnResource {
     /// Deliver this connection's messages as `{:raknet_batch, ...}` whatever the endpoint
     /// says (set at `endpoint_connect` for an owner that understands the batch form).
     pub(crate) batch_delivery: AtomicBool,
-    /// The engine's send budgets, checked by `conn_send` against this connection's
-    /// backlog and its group's (see [`SendBudget`]).
-    pub(crate) send_budget: SendBudget,
-    pub(crate) group: Arc<EndpointGroup>,
-    /// The longest message a send may have: the endpoint's `max_message_bytes` until the
-    /// handshake ends, then what the connection's MTU allows (the peer's fragment limit
-    /// holds less at small MTUs), so that `conn_send` answers `:too_large` rather than the
-    /// engine dropping the message after `{:ok, _}`.
-    pub(crate) max_message_bytes: AtomicUsize,
     pub(crate) monitor: Mutex<Option<Monitor>>,
 }
 
 impl ConnResource {
-    fn new(
-        tx: CommandTx,
-        send_budget: SendBudget,
-        group: Arc<EndpointGroup>,
-        max_message_bytes: usize,
-        budget: DeliveryBudget,
-    ) -> Self {
+    fn new(tx: CommandTx, budget: DeliveryBudget) -> Self {
         Self {
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             tx,
             closed: AtomicBool::new(false),
             next_receipt: AtomicU32::new(1),
             last_send: AtomicU64::new(0),
-            pending_bytes: AtomicUsize::new(0),
-            backlog: AtomicUsize::new(0),
+            gate: OnceLock::new(),
             undelivered: AtomicUsize::new(0),
             undelivered_bytes: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
             budget,
             flow_controlled: AtomicBool::new(false),
             batch_delivery: AtomicBool::new(false),
-            send_budget,
-            group,
-            max_message_bytes: AtomicUsize::new(max_message_bytes),
             monitor: Mutex::new(None),
         }
-    }
-
-    /// Whether this connection may hold `mine` bytes queued or unacknowledged for sending:
-    /// its group's backlog counts this connection's as last published, `mine` instead.
-    pub(crate) fn fits(&self, mine: usize) -> bool {
-        let others = self
-            .group
-            .send_backlog()
-            .saturating_sub(self.backlog.load(Ordering::Relaxed));
-        self.send_budget.fits(mine, others + mine)
     }
 
     /// The next receipt id: counts from 1 and skips 0, like official RakNet.

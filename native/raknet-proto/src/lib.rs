@@ -95,6 +95,7 @@ pub use message::{
 };
 pub use reliability::Reliability;
 pub use rtt::{RttEstimator, MAX_RTO};
+pub use send::gate::SendGate;
 pub use send::queue::{Priority, ReceiptId, SendOptions};
 pub use seq::{DatagramSeq, MessageIndex, OrderIndex, SequenceIndex, U24_MODULUS};
 pub use stats::{ConnectionStats, EndpointStats};

@@ -169,14 +169,6 @@ impl Driver {
 }
 
 impl Slot {
-    /// Count `bytes` of a send just handed to the engine, for [`Driver::settle`]; `true` when
-    /// they are the first since the last settle (the connection joins `Driver::unsettled`).
-    pub(super) fn owe(&mut self, bytes: usize) -> bool {
-        let first = self.unsettled == 0;
-        self.unsettled += bytes;
-        first
-    }
-
     pub(super) fn new(res: ResourceArc<ConnResource>, owner: Option<LocalPid>, role: Role) -> Self {
         Self {
             res,
@@ -192,7 +184,6 @@ impl Slot {
             close_reason: None,
             batch: Vec::new(),
             server: None,
-            unsettled: 0,
             overloaded: false,
         }
     }

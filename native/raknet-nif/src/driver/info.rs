@@ -112,7 +112,7 @@ impl Driver {
                 + batch
                 + slot.close_reason.as_ref().map_or(0, Vec::capacity);
         }
-        delivery += vec(&self.batched) + vec(&self.unsettled) + vec(&self.lost);
+        delivery += vec(&self.batched) + vec(&self.lost);
         delivery += vec(&self.draining);
         let pingers: usize = self.pingers.values().map(vec).sum();
         let tables = map(&self.keys)

@@ -15,14 +15,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_proto::hash::OwnKeyMap;
-use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendOptions};
+use raknet_proto::{
+    ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendGate, SendOptions,
+};
 use rustler::{Encoder, LocalPid, OwnedEnv, ResourceArc, Term};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Notify;
 
 use crate::atoms;
 use crate::convert::{self, Reason};
-use crate::resource::{send_cost, Command, ConnResource, EndpointResource, Gate};
+use crate::resource::{Command, ConnResource, EndpointResource, Gate};
 use crate::udp::{Outbox, Received, Udp};
 use raknet_proto::rates::{self, ConnRates, EndpointRates};
 
@@ -85,9 +87,6 @@ struct Slot {
     /// The server of an outgoing connection, claimed in `EndpointResource::servers` until
     /// the connection ends.
     server: Option<SocketAddr>,
-    /// Bytes of sends handed to the engine and not yet taken off `res.pending_bytes` (see
-    /// [`Driver::settle`]).
-    unsettled: usize,
     /// Closed as overloaded (its owner, if any, was told so).
     overloaded: bool,
 }
@@ -168,8 +167,6 @@ pub(crate) struct Driver {
     /// The batches of a turn, delivered once the turn lets go of the driver (see
     /// [`Shared::turn`]).
     mail: Vec<Mail>,
-    /// Connections with `unsettled` send bytes (see [`Driver::settle`]).
-    unsettled: Vec<ConnId>,
     log_window: Instant,
     log_lines: u32,
     log_suppressed: u64,
@@ -217,7 +214,6 @@ impl Driver {
             send_waits: 0,
             batched: Vec::new(),
             mail: Vec::new(),
-            unsettled: Vec::new(),
             log_window: Instant::now(),
             log_lines: 0,
             log_suppressed: 0,
@@ -314,9 +310,6 @@ impl Driver {
     /// After a datagram from `from`, sent to the local address `local` (when the socket says).
     fn received_from(&mut self, from: SocketAddr, local: Option<IpAddr>) {
         let id = self.endpoint.conn_by_addr(from);
-        if let Some(id) = id {
-            self.update_backlog(id);
-        }
         let Some(local) = local else {
             return;
         };
@@ -340,15 +333,9 @@ impl Driver {
             .or_else(|| self.local_addrs.get(&peer))
     }
 
-    fn update_backlog(&self, id: ConnId) {
-        if let (Some(slot), Some(backlog)) = (self.conns.get(&id), self.endpoint.send_backlog(id)) {
-            slot.res.backlog.store(backlog, Ordering::Relaxed);
-        }
-    }
-
-    /// Hand a send to the engine. The NIF checked closed/size/budget already; a race can lose
-    /// it still: such a message is counted, and one with a receipt is returned, for its owner
-    /// to learn of its fate.
+    /// Hand a send to the engine. The NIF admitted it through the connection's gate (see
+    /// `raknet_proto::SendGate`); a race can lose it still: such a message is counted, and
+    /// one with a receipt is returned, for its owner to learn of its fate.
     fn apply_send(
         &mut self,
         now: Instant,
@@ -359,18 +346,11 @@ impl Driver {
     ) -> Option<(LocalPid, ResourceArc<ConnResource>, u32)> {
         let &id = self.keys.get(&key)?;
         let slot = self.conns.get_mut(&id)?;
-        if slot.owe(send_cost(data.len())) {
-            self.unsettled.push(id);
-        }
         // The id `conn_send` returned travels through the engine as the receipt's own.
-        let sent = match receipt {
-            Some(tag) => self
-                .endpoint
-                .send_tagged(now, id, data, opts, ReceiptId(tag)),
-            None => self.endpoint.send(now, id, data, opts).map(|_| ()),
-        };
-        match sent {
-            Ok(()) => None,
+        let cost = SendGate::cost(data.len());
+        let tag = receipt.map(ReceiptId);
+        match self.endpoint.send_admitted(now, id, data, opts, tag, cost) {
+            Ok(_) => None,
             Err(_) => {
                 slot.dropped += 1;
                 receipt
@@ -380,28 +360,10 @@ impl Driver {
         }
     }
 
-    /// Take the bytes of the sends applied since the last call off their connections'
-    /// `pending_bytes`, and publish those connections' backlogs: once per batch of commands
-    /// (see `Shared::turn`). Until then `conn_send` counts those bytes as pending: a budget
-    /// checked against a little more than is queued, for the moment the batch takes.
-    ///
-    /// The backlog (which now holds those bytes) is published first, and the bytes leave
-    /// `pending_bytes` with `Release`, which `conn_send` reads with `Acquire` before the
-    /// backlog: a check that sees them gone sees them in the backlog, so the two are never
-    /// both short of them.
-    fn settle(&mut self) {
-        let mut ids = std::mem::take(&mut self.unsettled);
-        for id in ids.drain(..) {
-            let Some(slot) = self.conns.get_mut(&id) else {
-                continue;
-            };
-            if let Some(backlog) = self.endpoint.send_backlog(id) {
-                slot.res.backlog.store(backlog, Ordering::Relaxed);
-            }
-            let bytes = std::mem::take(&mut slot.unsettled);
-            slot.res.pending_bytes.fetch_sub(bytes, Ordering::Release);
-        }
-        self.unsettled = ids;
+    /// Release the gate reservations of the sends applied since the last call: once per
+    /// batch of commands (see `Shared::turn`), not per send.
+    pub(super) fn settle(&mut self) {
+        self.endpoint.release_admitted();
     }
 
     fn command(&mut self, now: Instant, cmd: Command) {
@@ -424,10 +386,12 @@ impl Driver {
                     let Some(slot) = self.conns.get_mut(&id) else {
                         continue;
                     };
-                    if slot.owe(send_cost(data.len())) {
-                        self.unsettled.push(id);
-                    }
-                    if self.endpoint.send(now, id, data.clone(), opts).is_err() {
+                    let cost = SendGate::cost(data.len());
+                    if self
+                        .endpoint
+                        .send_admitted(now, id, data.clone(), opts, None, cost)
+                        .is_err()
+                    {
                         slot.dropped += 1;
                     }
                 }
@@ -581,10 +545,6 @@ impl Driver {
 
     fn forget(&mut self, id: ConnId) {
         if let Some(slot) = self.conns.remove(&id) {
-            // Sends of the current batch not settled yet (see `settle`).
-            slot.res
-                .pending_bytes
-                .fetch_sub(slot.unsettled, Ordering::Release);
             self.keys.remove(&slot.res.key);
         }
     }
@@ -660,10 +620,10 @@ impl Driver {
         true
     }
 
-    /// Once the MTU is known: the longest message a send on `conn` may have.
-    fn set_max_message_len(&self, conn: ConnId, res: &ConnResource) {
-        if let Some(len) = self.endpoint.max_message_len(conn) {
-            res.max_message_bytes.store(len, Ordering::Relaxed);
+    /// Give `res` the engine's send gate of `conn`, once the engine has the connection.
+    fn set_gate(&self, conn: ConnId, res: &ConnResource) {
+        if let Some(gate) = self.endpoint.send_gate(conn) {
+            let _ = res.gate.set(gate);
         }
     }
 
@@ -679,7 +639,7 @@ impl Driver {
             } => match role {
                 Role::Server => {
                     let res = ResourceArc::new(self.me.new_conn());
-                    self.set_max_message_len(conn, &res);
+                    self.set_gate(conn, &res);
                     self.keys.insert(res.key, conn);
                     let mut slot = Slot::new(res.clone(), None, Role::Server);
                     slot.connected = true;
@@ -704,7 +664,9 @@ impl Driver {
                     slot.connected = true;
                     let res = slot.res.clone();
                     let owner = slot.owner;
-                    self.set_max_message_len(conn, &res);
+                    // Sends are admitted from now on (before, `conn_send` says
+                    // `:not_connected`, as the engine would).
+                    self.set_gate(conn, &res);
                     if let Some(pid) = owner {
                         let _ = self.env.send_and_clear(&pid, |env| {
                             (

@@ -60,6 +60,7 @@ impl Connection {
         let udp_payload = usize::from(mtu) - IP_UDP_HEADER_LEN;
         self.cc = controller(&self.config, udp_payload, self.addr);
         self.pacer = Pacer::new(udp_payload * 8);
+        self.gate.set_max_message(self.max_message_len());
     }
 
     /// A connected datagram from the peer.
@@ -131,7 +132,7 @@ impl Connection {
                 self.memory.set(self.buffered_bytes());
             }
         }
-        self.sending.set(self.send_backlog());
+        self.gate.publish(self.send_backlog());
     }
 
     /// Whether a range of this ACK or NAK holds a datagram number we have not sent yet: the

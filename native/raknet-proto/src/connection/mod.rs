@@ -37,6 +37,7 @@ use crate::recv::window::{fingerprint, AckRepeats, Arrival, DatagramWindow, Pend
 use crate::reliability::Reliability;
 use crate::rtt::{RttEstimator, MAX_RTO};
 use crate::send::flight::{Flight, ReceiptOutcome, Sent};
+use crate::send::gate::GateOwner;
 use crate::send::queue::{Priority, ReceiptId, SendOptions, SendQueue};
 use crate::seq::{DatagramSeq, MessageIndex, OrderIndex, U24_MODULUS};
 use crate::stats::ConnectionStats;
@@ -324,7 +325,9 @@ pub(crate) struct Connection {
     pub(crate) memory: MemoryShare,
     /// This connection's part of its endpoint's send backlog
     /// ([`crate::Limits::max_endpoint_send_bytes`]).
-    pub(crate) sending: MemoryShare,
+    pub(crate) gate: GateOwner,
+    /// Bytes of admitted sends taken and not yet released (see `Endpoint::release_admitted`).
+    pub(crate) admitted: usize,
     /// While the send backlog is over the connection's share: since when, the backlog then,
     /// and the bytes the peer had acknowledged then (see [`Limit::SendBacklog`]).
     backlog_mark: Option<(Instant, usize, u64)>,
@@ -428,7 +431,8 @@ impl Connection {
             naks: PendingRanges::naks(),
             paused: false,
             memory: MemoryShare::default(),
-            sending: MemoryShare::default(),
+            gate: GateOwner::new(&config.limits, Arc::default()),
+            admitted: 0,
             backlog_mark: None,
             pong_bucket: TokenBucket::new(PONGS_PER_SECOND, PONG_BURST, now),
             rate: MessageRate::new(
@@ -663,10 +667,7 @@ impl Connection {
         let limits = &self.config.limits;
         let frames = payload.len().div_ceil(self.max_fragment());
         let mine = self.send_backlog() + payload.len() + frames * Limits::SEND_OVERHEAD;
-        if !limits
-            .send_budget()
-            .fits(mine, self.sending.total_with(mine))
-        {
+        if !limits.send_budget().fits(mine, self.gate.total_with(mine)) {
             return Err(SendError::QueueFull);
         }
         let receipt = opts.reliability.has_receipt().then(|| {
@@ -686,7 +687,7 @@ impl Connection {
                 .expect_receipt(id, if split_reliable { parts } else { 1 });
         }
         self.stats.messages_out += 1;
-        self.sending.set(self.send_backlog());
+        self.gate.publish(self.send_backlog());
         Ok(receipt)
     }
 
@@ -703,6 +704,7 @@ impl Connection {
 
     /// Close gracefully: send 0x15 after everything queued, wait for acknowledgement.
     pub(crate) fn close(&mut self, now: Instant, reason: DisconnectReason) {
+        self.gate.close();
         match self.state {
             State::Connected => {
                 let payload = Bytes::from_static(&[id::DISCONNECTION_NOTIFICATION]);
@@ -734,6 +736,7 @@ impl Connection {
 
     /// Report every outstanding receipt as lost, then the close itself.
     fn report_closed(&mut self, reason: DisconnectReason) {
+        self.gate.close();
         let mut out = std::mem::take(&mut self.receipts_out);
         for p in self.queue.drain() {
             if let Some(id) = p.receipt {

@@ -99,7 +99,7 @@ impl Connection {
         if self.pace_until.is_some_and(|t| now >= t) {
             self.pace_until = None;
         }
-        self.sending.set(self.send_backlog());
+        self.gate.publish(self.send_backlog());
     }
 
     /// Whether the peer stopped reading (see [`Limit::SendBacklog`]): each `timeout` that the

@@ -24,6 +24,7 @@ use crate::message::{
 };
 use crate::rng::derive;
 use crate::send::flight::ReceiptOutcome;
+use crate::send::gate::{GateOwner, SendGate};
 use crate::send::queue::ReceiptId;
 use crate::send::queue::SendOptions;
 use crate::stats::{ConnectionStats, EndpointStats};
@@ -202,6 +203,8 @@ pub struct Endpoint {
     /// connection's timer and back again.)
     timers: BTreeSet<(Instant, u32)>,
     events: VecDeque<Event>,
+    /// Connections with admitted sends not yet released (see [`Endpoint::release_admitted`]).
+    admitted: Vec<ConnId>,
     /// Shared with the other endpoints of a server (connection and buffer limits).
     group: Arc<EndpointGroup>,
     /// New connections per IP and second, counted once the address is proven: at OCR2 with
@@ -261,6 +264,7 @@ impl Endpoint {
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
             events: VecDeque::new(),
+            admitted: Vec::new(),
             buffered: group.buffered.clone(),
             group,
             new_conn_rates: IpRates::new(tracked),
@@ -543,22 +547,54 @@ impl Endpoint {
         Ok(receipt)
     }
 
-    /// [`Endpoint::send`] with the caller's own receipt id: a reliability with a receipt
-    /// reports `tag` in its [`Event::Receipt`] (a driver hands its application's ids
-    /// through, with no map of its own). The caller keeps its tags apart from the ids
-    /// [`Endpoint::send`] picks (use one or the other on a connection).
-    pub fn send_tagged(
+    /// [`Endpoint::send`] of a send another thread admitted through the connection's
+    /// [`SendGate`] ([`Endpoint::send_gate`]). Its reservation of `cost` bytes is released
+    /// (whether the engine takes the send or not) at the next
+    /// [`Endpoint::release_admitted`]: a driver that applies sends in batches releases them
+    /// once per batch, so the threads admitting sends meanwhile do not share a cache line
+    /// with it on every send. A reliability with a receipt
+    /// reports `tag` in its [`Event::Receipt`] if given (a driver hands its application's ids
+    /// through, with no map of its own: keep them apart from the ids [`Endpoint::send`]
+    /// picks by using one or the other on a connection).
+    pub fn send_admitted(
         &mut self,
         now: Instant,
         conn: ConnId,
         payload: Bytes,
         opts: SendOptions,
-        tag: ReceiptId,
-    ) -> Result<(), SendError> {
+        tag: Option<ReceiptId>,
+        cost: usize,
+    ) -> Result<Option<ReceiptId>, SendError> {
         let c = self.conn_mut(conn).ok_or(SendError::Closed)?;
-        c.send(now, payload, opts, Some(tag))?;
-        self.touch(conn);
-        Ok(())
+        let sent = c.send(now, payload, opts, tag);
+        let first = c.admitted == 0;
+        c.admitted += cost;
+        if first {
+            self.admitted.push(conn);
+        }
+        if sent.is_ok() {
+            self.touch(conn);
+        }
+        sent
+    }
+
+    /// Release the reservations of the sends [`Endpoint::send_admitted`] took since the last
+    /// call (after the engine published what each connection now holds, so a gate that sees
+    /// a reservation gone sees its bytes held).
+    pub fn release_admitted(&mut self) {
+        let mut ids = std::mem::take(&mut self.admitted);
+        for id in ids.drain(..) {
+            if let Some(c) = self.conn_mut(id) {
+                c.gate.release(std::mem::take(&mut c.admitted));
+            }
+        }
+        self.admitted = ids;
+    }
+
+    /// The gate through which other threads admit sends to `conn` (see [`SendGate`]): the
+    /// connection's limits and budget, what it holds for sending, and whether it is open.
+    pub fn send_gate(&self, id: ConnId) -> Option<Arc<SendGate>> {
+        self.conn(id).map(|c| c.gate.0.clone())
     }
 
     /// Close a connection gracefully (0x15, then wait for acknowledgement).
@@ -684,7 +720,8 @@ impl Endpoint {
 
     fn insert(&mut self, mut conn: Connection) -> ConnId {
         conn.memory = MemoryShare::new(self.buffered.clone());
-        conn.sending = MemoryShare::new(self.group.sending.clone());
+        conn.gate = GateOwner::new(&self.config.limits, self.group.sending.clone());
+        conn.gate.set_max_message(conn.max_message_len());
         let addr = conn.addr();
         // The group's slot was taken by `EndpointGroup::take`.
         self.live += 1;
