@@ -31,20 +31,27 @@ fn the_gate_refuses_what_the_engine_would() {
     let cost = gate.admit(100).unwrap();
     assert_eq!(cost, SendGate::cost(100));
     assert_eq!(gate.pending(), cost);
-    // The send is taken: what it holds is published at once, the reservation released at
-    // the end of the batch.
+    // The send is taken; until the end of the batch the gate counts it as admitted, then
+    // as held.
     let opts = SendOptions::new(Reliability::Reliable);
+    let held = gate.held();
     p.server
         .send_admitted(p.now, s, Bytes::from(vec![0x86; 100]), opts, None, cost)
         .unwrap();
-    assert!(gate.held() >= 100 + Limits::SEND_OVERHEAD, "{}", gate.held());
-    assert_eq!(gate.pending(), cost);
+    assert_eq!((gate.held(), gate.pending()), (held, cost));
     p.server.release_admitted();
     assert_eq!(gate.pending(), 0);
+    assert!(
+        gate.held() >= held + 100 + Limits::SEND_OVERHEAD,
+        "{}",
+        gate.held()
+    );
     // A closed connection's gate refuses, and stays usable after the engine forgot it.
     p.server.close(p.now, s);
     assert_eq!(gate.admit(10), Err(SendError::Closed));
-    p.drive_until(Duration::from_secs(5), |p| p.server.stats().connections == 0);
+    p.drive_until(Duration::from_secs(5), |p| {
+        p.server.stats().connections == 0
+    });
     assert!(gate.is_closed());
     assert_eq!(gate.held(), 0);
 }
@@ -76,7 +83,11 @@ fn admitted_sends_count_before_the_engine_takes_them() {
     }
     p.server.release_admitted();
     assert_eq!(gate.pending(), 0);
-    assert!(gate.held() <= total, "{} held, {total} admitted", gate.held());
+    assert!(
+        gate.held() <= total,
+        "{} held, {total} admitted",
+        gate.held()
+    );
     // Once the peer has it all, the budget is free again.
     let n = admitted.len();
     let delivered = |p: &mut Pair| {

@@ -132,7 +132,8 @@ impl Connection {
                 self.memory.set(self.buffered_bytes());
             }
         }
-        self.gate.publish(self.send_backlog());
+        self.gate.account(self.send_backlog());
+        self.gate.publish();
     }
 
     /// Whether a range of this ACK or NAK holds a datagram number we have not sent yet: the

@@ -687,7 +687,7 @@ impl Connection {
                 .expect_receipt(id, if split_reliable { parts } else { 1 });
         }
         self.stats.messages_out += 1;
-        self.gate.publish(self.send_backlog());
+        self.gate.account(self.send_backlog());
         Ok(receipt)
     }
 

@@ -99,7 +99,8 @@ impl Connection {
         if self.pace_until.is_some_and(|t| now >= t) {
             self.pace_until = None;
         }
-        self.gate.publish(self.send_backlog());
+        self.gate.account(self.send_backlog());
+        self.gate.publish();
     }
 
     /// Whether the peer stopped reading (see [`Limit::SendBacklog`]): each `timeout` that the

@@ -585,6 +585,7 @@ impl Endpoint {
         let mut ids = std::mem::take(&mut self.admitted);
         for id in ids.drain(..) {
             if let Some(c) = self.conn_mut(id) {
+                c.gate.publish();
                 c.gate.release(std::mem::take(&mut c.admitted));
             }
         }
@@ -594,7 +595,7 @@ impl Endpoint {
     /// The gate through which other threads admit sends to `conn` (see [`SendGate`]): the
     /// connection's limits and budget, what it holds for sending, and whether it is open.
     pub fn send_gate(&self, id: ConnId) -> Option<Arc<SendGate>> {
-        self.conn(id).map(|c| c.gate.0.clone())
+        self.conn(id).map(|c| c.gate.gate.clone())
     }
 
     /// Close a connection gracefully (0x15, then wait for acknowledgement).

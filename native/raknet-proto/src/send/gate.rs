@@ -110,21 +110,6 @@ impl SendGate {
         self.pending.load(Ordering::Relaxed)
     }
 
-    /// The group's total if this connection held `mine` bytes (the engine's own check).
-    pub(crate) fn total_with(&self, mine: usize) -> usize {
-        (self.group.load(Ordering::Relaxed) + mine).saturating_sub(self.held())
-    }
-
-    /// The engine: this connection now holds `bytes` for sending.
-    pub(crate) fn publish(&self, bytes: usize) {
-        let old = self.held.swap(bytes, Ordering::Relaxed);
-        if bytes > old {
-            self.group.fetch_add(bytes - old, Ordering::Relaxed);
-        } else {
-            self.group.fetch_sub(old - bytes, Ordering::Relaxed);
-        }
-    }
-
     /// The engine took an admitted send (after publishing what it now holds).
     pub(crate) fn release(&self, cost: usize) {
         // Release: whoever sees the pending bytes gone sees them in `held` (see `admit`).
@@ -140,14 +125,49 @@ impl SendGate {
     }
 }
 
-/// The engine's end of a connection's [`SendGate`]: when the connection goes, its group
-/// forgets what it held and the gate refuses every later send (callers may keep the gate).
+/// The engine's end of a connection's [`SendGate`]: what the connection holds for sending,
+/// counted in its group's total at once and published in the gate when the engine is done
+/// with a batch of sends or has taken a datagram (not on every send: the threads admitting
+/// sends read that figure, and would share its cache line with the engine on every send).
+/// Until then the gate still counts the sends taken as admitted ones. When the connection
+/// goes, its group forgets what it held and the gate refuses every later send (callers may
+/// keep the gate).
 #[derive(Debug)]
-pub(crate) struct GateOwner(pub(crate) Arc<SendGate>);
+pub(crate) struct GateOwner {
+    pub(crate) gate: Arc<SendGate>,
+    mine: usize,
+}
 
 impl GateOwner {
     pub(crate) fn new(limits: &Limits, group: Arc<AtomicUsize>) -> Self {
-        Self(Arc::new(SendGate::new(limits, group)))
+        Self {
+            gate: Arc::new(SendGate::new(limits, group)),
+            mine: 0,
+        }
+    }
+
+    /// The connection now holds `bytes` for sending.
+    pub(crate) fn account(&mut self, bytes: usize) {
+        let group = &self.gate.group;
+        if bytes > self.mine {
+            group.fetch_add(bytes - self.mine, Ordering::Relaxed);
+        } else {
+            group.fetch_sub(self.mine - bytes, Ordering::Relaxed);
+        }
+        self.mine = bytes;
+    }
+
+    /// Publish what the connection holds in the gate (before releasing reservations).
+    pub(crate) fn publish(&self) {
+        // Read first: most datagrams change nothing, and a read shares the line.
+        if self.gate.held.load(Ordering::Relaxed) != self.mine {
+            self.gate.held.store(self.mine, Ordering::Relaxed);
+        }
+    }
+
+    /// The group's total if this connection held `mine` bytes (the engine's own check).
+    pub(crate) fn total_with(&self, mine: usize) -> usize {
+        (self.gate.group.load(Ordering::Relaxed) + mine).saturating_sub(self.mine)
     }
 }
 
@@ -155,13 +175,14 @@ impl std::ops::Deref for GateOwner {
     type Target = SendGate;
 
     fn deref(&self) -> &SendGate {
-        &self.0
+        &self.gate
     }
 }
 
 impl Drop for GateOwner {
     fn drop(&mut self) {
-        self.0.publish(0);
-        self.0.close();
+        self.account(0);
+        self.publish();
+        self.gate.close();
     }
 }
