@@ -250,17 +250,8 @@ defmodule RakNet.Server do
       # Beyond what the runtime takes (u64 ms) is as good as forever.
       duration = if duration_ms == :infinity, do: nil, else: min(duration_ms, @max_u64)
 
-      case GenServer.call(listener(server), {:ban, ban_text(ip, len), duration}) do
-        :ok ->
-          for %{address: {address, _}, pid: pid} <- connections(server),
-              in_network?(address, ip, len),
-              do: RakNet.Connection.close(pid)
-
-          :ok
-
-        {:error, _} = error ->
-          error
-      end
+      # Each endpoint closes the connections the ban covers itself.
+      GenServer.call(listener(server), {:ban, ban_text(ip, len), duration})
     end
   end
 
@@ -301,29 +292,6 @@ defmodule RakNet.Server do
 
   defp ban_text(ip, nil), do: ip |> :inet.ntoa() |> to_string()
   defp ban_text(ip, len), do: ban_text(ip, nil) <> "/#{len}"
-
-  # Whether `address` is in what a ban of `ip` (with prefix `len`, nil for the host's)
-  # covers: an IPv4 address (also written IPv4-mapped), an IPv6 network of at most 64 bits.
-  defp in_network?(address, ip, len) do
-    {address, ip} = {unmap(address), unmap(ip)}
-    bits = if tuple_size(ip) == 4, do: 32, else: 64
-    len = min(len || bits, bits)
-
-    tuple_size(address) == tuple_size(ip) and
-      prefix_bits(address, len) == prefix_bits(ip, len)
-  end
-
-  defp unmap({0, 0, 0, 0, 0, 0xFFFF, ab, cd}),
-    do: {div(ab, 256), rem(ab, 256), div(cd, 256), rem(cd, 256)}
-
-  defp unmap(ip), do: ip
-
-  defp prefix_bits(ip, len) do
-    size = if tuple_size(ip) == 4, do: 8, else: 16
-    bits = for part <- Tuple.to_list(ip), into: <<>>, do: <<part::size(size)>>
-    <<prefix::bitstring-size(len), _::bitstring>> = bits
-    prefix
-  end
 
   @doc """
   Lifts a ban of `ban/3`, given as it was banned (an address, whose /64 for IPv6, or a

@@ -244,6 +244,36 @@ fn handshake_refused_when_banned() {
     assert_eq!(failure(&p.client_events), Some(ConnectError::Banned));
 }
 
+/// A ban closes the connections it covers (a network's too), and only those; the peer is
+/// sent 0x15 (its acknowledgement is dropped with everything else from the banned network,
+/// so the server's side ends after its linger).
+#[test]
+fn a_ban_closes_the_connections_it_covers() {
+    for len in [None, Some(24), Some(8)] {
+        let mut p = Pair::new(17, cfg(), cfg(), LinkConfig::default());
+        let (c, s) = p.connect();
+        // A network that does not hold the client first: nothing closes.
+        p.server
+            .ban_prefix(p.now, "10.9.9.9".parse().unwrap(), len, None);
+        p.drive_until(Duration::from_millis(200), |_| false);
+        assert!(p.server.is_connected(s) && p.client.is_connected(c));
+        p.server.ban_prefix(p.now, p.client_addr.ip(), len, None);
+        assert!(
+            p.drive_until(Duration::from_secs(5), |p| {
+                p.server.stats().connections == 0 && !p.client.is_connected(c)
+            }),
+            "{len:?}"
+        );
+        assert!(p.client_events.iter().any(|e| matches!(
+            e,
+            Event::Disconnected {
+                reason: DisconnectReason::PeerClosed,
+                ..
+            }
+        )));
+    }
+}
+
 #[test]
 fn handshake_times_out_without_a_server() {
     let mut p = Pair::new(

@@ -446,9 +446,10 @@ impl Endpoint {
 
     /// Refuse everything from `ip` for `duration` (`None`: until [`Endpoint::unban`]): an
     /// IPv4 address, or an IPv6 address's /64 (the network one subscriber gets).
-    /// Its datagrams are dropped from now on, those of its connections too: close them so
-    /// that their peers are told, or they time out. Its connection attempts are answered
-    /// with 0x17 (at most [`BANNED_REPLIES_PER_SEC`] a second over all banned sources).
+    /// Its datagrams are dropped from now on, and its connections are closed (their peers
+    /// are sent 0x15, whose acknowledgement is dropped with the rest). Its connection
+    /// attempts are answered with 0x17 (at most [`BANNED_REPLIES_PER_SEC`] a second over all
+    /// banned sources).
     pub fn ban(&mut self, now: Instant, ip: IpAddr, duration: Option<Duration>) {
         self.ban_prefix(now, ip, None, duration);
     }
@@ -463,8 +464,16 @@ impl Endpoint {
         len: Option<u8>,
         duration: Option<Duration>,
     ) {
-        let until = duration.map(|d| self.ms(now).saturating_add(d.as_millis() as u64));
+        let now_ms = self.ms(now);
+        let until = duration.map(|d| now_ms.saturating_add(d.as_millis() as u64));
         self.bans.ban(ip, len, until);
+        let conns: Vec<(SocketAddr, ConnId)> =
+            self.by_addr.iter().map(|(a, id)| (*a, *id)).collect();
+        for (addr, id) in conns {
+            if self.bans.is_banned(addr.ip(), now_ms) {
+                self.close(now, id);
+            }
+        }
     }
 
     /// Lift a ban of [`Endpoint::ban`].
