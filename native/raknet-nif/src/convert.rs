@@ -29,7 +29,7 @@ pub(crate) struct EndpointOptions {
     /// Runs of datagrams to one peer go as one `UDP_SEGMENT` send where the kernel has it;
     /// `gso: false` (tests and benchmarks) sends each as its own datagram, `gso_fault: true`
     /// (tests) makes the kernel refuse the first such send.
-    pub(crate) gso: crate::udp::Gso,
+    pub(crate) gso: raknet_udp::Gso,
     /// Sends may be carried out on the caller's scheduler thread while the endpoint's thread
     /// waits (`driver::Shared`); `false` sends everything through the thread.
     pub(crate) inline_sends: bool,
@@ -250,9 +250,9 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             opt(map, "gso")?.unwrap_or(true),
             opt(map, "gso_fault")?.unwrap_or(false),
         ) {
-            (false, _) => crate::udp::Gso::Off,
-            (true, false) => crate::udp::Gso::On,
-            (true, true) => crate::udp::Gso::RefuseFirst,
+            (false, _) => raknet_udp::Gso::Off,
+            (true, false) => raknet_udp::Gso::On,
+            (true, true) => raknet_udp::Gso::RefuseFirst,
         },
         inline_sends: opt(map, "inline_sends")?.unwrap_or(true),
         send_full_fault: opt(map, "send_full_fault")?.unwrap_or(false),

@@ -13,7 +13,6 @@ mod atoms;
 mod convert;
 mod driver;
 mod resource;
-mod udp;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,7 +115,7 @@ fn bind(addr: SocketAddr, dual_stack: bool, reuse_port: bool) -> std::io::Result
         socket.recv_buffer_size().unwrap_or(0),
         socket.send_buffer_size().unwrap_or(0),
     );
-    let pktinfo = udp::enable_pktinfo(&socket, addr, dual_stack);
+    let pktinfo = raknet_udp::enable_pktinfo(&socket, addr, dual_stack);
     Ok((socket.into(), buffers, pktinfo))
 }
 
@@ -360,7 +359,8 @@ fn start_endpoints<'a>(
         let gso = options.gso;
         let send_full_fault = options.send_full_fault;
         let driver = async move {
-            let mut socket = udp::Udp::new(udp::Sock::new(socket)?, pktinfo, batched_io, gso);
+            let mut socket =
+                raknet_udp::Udp::new(raknet_udp::Sock::new(socket)?, pktinfo, batched_io, gso);
             if send_full_fault {
                 socket.fake_full_buffer();
             }

@@ -25,8 +25,8 @@ use tokio::sync::Notify;
 use crate::atoms;
 use crate::convert::{self, Reason};
 use crate::resource::{Command, ConnResource, EndpointResource, Gate};
-use crate::udp::{Outbox, Received, Udp};
 use raknet_proto::rates::{self, ConnRates, EndpointRates};
+use raknet_udp::{Outbox, Received, Udp};
 
 /// Datagrams read per wake-up before the engine's output is flushed (bounds latency); read
 /// up to `udp::BATCH` per system call.

@@ -218,7 +218,7 @@ impl Drop for Release<'_> {
 pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedReceiver<Command>) {
     // Declared first, dropped last: after the socket below.
     let _release = Release(&shared);
-    let io: Arc<crate::udp::Sock> = driver.socket.io();
+    let io: Arc<raknet_udp::Sock> = driver.socket.io();
     *shared.lock() = Some(driver);
     let mut cmds = Vec::new();
     let (mut env, mut mail) = (OwnedEnv::new(), Vec::new());

@@ -126,16 +126,19 @@ impl SendGate {
 }
 
 /// The engine's end of a connection's [`SendGate`]: what the connection holds for sending,
-/// counted in its group's total at once and published in the gate when the engine is done
-/// with a batch of sends or has taken a datagram (not on every send: the threads admitting
-/// sends read that figure, and would share its cache line with the engine on every send).
-/// Until then the gate still counts the sends taken as admitted ones. When the connection
-/// goes, its group forgets what it held and the gate refuses every later send (callers may
-/// keep the gate).
+/// published in the gate and counted in its group's total when the engine is done with a
+/// batch of sends or has taken a datagram (not on every send: the threads admitting sends
+/// read those figures, and would share their cache lines with the engine on every send).
+/// Until then the gate still counts the sends taken as admitted ones, so nothing is counted
+/// twice or missed. When the connection goes, its group forgets what it held and the gate
+/// refuses every later send (callers may keep the gate).
 #[derive(Debug)]
 pub(crate) struct GateOwner {
     pub(crate) gate: Arc<SendGate>,
+    /// What the connection holds now.
     mine: usize,
+    /// What the gate and the group's total say it holds.
+    published: usize,
 }
 
 impl GateOwner {
@@ -143,31 +146,34 @@ impl GateOwner {
         Self {
             gate: Arc::new(SendGate::new(limits, group)),
             mine: 0,
+            published: 0,
         }
     }
 
-    /// The connection now holds `bytes` for sending.
+    /// The connection now holds `bytes` for sending (published by [`Self::publish`]).
     pub(crate) fn account(&mut self, bytes: usize) {
-        let group = &self.gate.group;
-        if bytes > self.mine {
-            group.fetch_add(bytes - self.mine, Ordering::Relaxed);
-        } else {
-            group.fetch_sub(self.mine - bytes, Ordering::Relaxed);
-        }
         self.mine = bytes;
     }
 
-    /// Publish what the connection holds in the gate (before releasing reservations).
-    pub(crate) fn publish(&self) {
-        // Read first: most datagrams change nothing, and a read shares the line.
-        if self.gate.held.load(Ordering::Relaxed) != self.mine {
-            self.gate.held.store(self.mine, Ordering::Relaxed);
+    /// Publish what the connection holds, in the gate and in the group's total (before
+    /// releasing reservations).
+    pub(crate) fn publish(&mut self) {
+        if self.mine == self.published {
+            return;
         }
+        let group = &self.gate.group;
+        if self.mine > self.published {
+            group.fetch_add(self.mine - self.published, Ordering::Relaxed);
+        } else {
+            group.fetch_sub(self.published - self.mine, Ordering::Relaxed);
+        }
+        self.gate.held.store(self.mine, Ordering::Relaxed);
+        self.published = self.mine;
     }
 
     /// The group's total if this connection held `mine` bytes (the engine's own check).
     pub(crate) fn total_with(&self, mine: usize) -> usize {
-        (self.gate.group.load(Ordering::Relaxed) + mine).saturating_sub(self.mine)
+        (self.gate.group.load(Ordering::Relaxed) + mine).saturating_sub(self.published)
     }
 }
 

@@ -26,23 +26,26 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 /// Datagrams per `recvmmsg` / `sendmmsg` call at most.
-pub(crate) const BATCH: usize = 32;
+pub const BATCH: usize = 32;
 /// Room for one datagram: RakNet's largest MTU is 1492, and a longer datagram is cut here
 /// (the engine then rejects it as malformed).
 const DATAGRAM_ROOM: usize = 2048;
 
 /// A datagram received: its bytes, its source, and the local address it was sent to when the
 /// socket reports it (and it is one a reply can be sent from).
-pub(crate) struct Received {
-    pub(crate) data: Bytes,
-    pub(crate) from: SocketAddr,
-    pub(crate) local: Option<IpAddr>,
+pub struct Received {
+    /// The datagram's bytes.
+    pub data: Bytes,
+    /// Its source address (an IPv4 peer of a dual-stack socket as plain IPv4).
+    pub from: SocketAddr,
+    /// The local address it was sent to, when the socket reports it.
+    pub local: Option<IpAddr>,
 }
 
 /// Datagrams to send, in order, with their destination and source address (see
 /// [`Udp::send_batch`]); up to [`BATCH`] of them.
 #[derive(Default)]
-pub(crate) struct Outbox {
+pub struct Outbox {
     bytes: Vec<u8>,
     items: Vec<Outgoing>,
 }
@@ -57,12 +60,12 @@ struct Outgoing {
 
 impl Outbox {
     /// Heap bytes held by the buffers (capacity).
-    pub(crate) fn heap_bytes(&self) -> usize {
+    pub fn heap_bytes(&self) -> usize {
         raknet_proto::memory::vec(&self.bytes) + raknet_proto::memory::vec(&self.items)
     }
 
     /// Adds a datagram after those already held.
-    pub(crate) fn push(&mut self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) {
+    pub fn push(&mut self, data: &[u8], to: SocketAddr, source: Option<IpAddr>) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(data);
         self.items.push(Outgoing {
@@ -73,16 +76,23 @@ impl Outbox {
         });
     }
 
-    pub(crate) fn is_full(&self) -> bool {
+    /// Whether it holds [`BATCH`] datagrams: send them before adding more.
+    pub fn is_full(&self) -> bool {
         self.items.len() >= BATCH
     }
 
     /// How many datagrams it holds.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.items.len()
     }
 
-    pub(crate) fn clear(&mut self) {
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Forget every datagram (they were sent), keeping the buffers.
+    pub fn clear(&mut self) {
         self.bytes.clear();
         self.items.clear();
     }
@@ -203,8 +213,8 @@ impl Call {
 }
 
 /// Whether runs of datagrams to one peer go as one `UDP_SEGMENT` send (Linux).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Gso {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gso {
     /// Each datagram its own `sendmmsg` entry.
     Off,
     /// Where the kernel has it.
@@ -215,21 +225,24 @@ pub(crate) enum Gso {
 }
 
 /// Datagrams and system calls, both ways, since the socket was opened.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Counters {
-    pub(crate) datagrams_in: u64,
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    /// Datagrams received.
+    pub datagrams_in: u64,
     /// Filled in by [`Udp::counters`] from the socket's own count ([`Sock::reads`]).
-    pub(crate) recv_calls: u64,
-    pub(crate) datagrams_out: u64,
-    pub(crate) send_calls: u64,
+    pub recv_calls: u64,
+    /// Datagrams sent.
+    pub datagrams_out: u64,
+    /// Send system calls made.
+    pub send_calls: u64,
     /// Send calls that carried `UDP_SEGMENT` runs (counted in `send_calls` too).
-    pub(crate) gso_sends: u64,
+    pub gso_sends: u64,
     /// Datagrams those calls sent (counted in `datagrams_out` too).
-    pub(crate) gso_datagrams: u64,
+    pub gso_datagrams: u64,
     /// Segmented sends the kernel refused: at most one, as the socket then stops trying.
-    pub(crate) gso_refused: u64,
+    pub gso_refused: u64,
     /// Sends that found the send buffer full: the datagrams left waited for room.
-    pub(crate) send_full: u64,
+    pub send_full: u64,
 }
 
 /// The socket as the endpoint uses it. On Unix it is registered with the runtime for reads
@@ -238,7 +251,7 @@ pub(crate) struct Counters {
 /// per send (an inline send on a scheduler included). Writes are plain non-blocking calls;
 /// room to write is waited for, rarely, through a duplicate registered for writes only while
 /// it is needed. Elsewhere tokio's `UdpSocket` does both.
-pub(crate) struct Sock {
+pub struct Sock {
     /// Receive system calls made: a read the runtime knows would block makes none.
     reads: std::sync::atomic::AtomicU64,
     #[cfg(unix)]
@@ -255,7 +268,7 @@ pub(crate) struct Sock {
 #[allow(deprecated)]
 impl Sock {
     /// Register a non-blocking socket with the current runtime.
-    pub(crate) fn new(socket: std::net::UdpSocket) -> io::Result<Self> {
+    pub fn new(socket: std::net::UdpSocket) -> io::Result<Self> {
         #[cfg(unix)]
         {
             let io =
@@ -277,7 +290,7 @@ impl Sock {
     }
 
     /// The socket for system calls that need no readiness (options, addresses).
-    pub(crate) fn raw(&self) -> &std::net::UdpSocket {
+    pub fn raw(&self) -> &std::net::UdpSocket {
         #[cfg(unix)]
         return self.io.get_ref();
         #[cfg(not(unix))]
@@ -286,10 +299,7 @@ impl Sock {
 
     /// A read: `f` runs while the socket is known readable, and a `WouldBlock` from it clears
     /// that (without `f` when it is not).
-    pub(crate) fn read<R>(
-        &self,
-        f: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>,
-    ) -> io::Result<R> {
+    pub fn read<R>(&self, f: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>) -> io::Result<R> {
         let counted = |socket: &std::net::UdpSocket| {
             self.reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -303,15 +313,12 @@ impl Sock {
     }
 
     /// Receive system calls made so far.
-    pub(crate) fn reads(&self) -> u64 {
+    pub fn reads(&self) -> u64 {
         self.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A write, now (`WouldBlock` when the send buffer is full).
-    pub(crate) fn write<R>(
-        &self,
-        f: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>,
-    ) -> io::Result<R> {
+    pub fn write<R>(&self, f: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>) -> io::Result<R> {
         #[cfg(unix)]
         return f(self.io.get_ref());
         #[cfg(not(unix))]
@@ -320,7 +327,7 @@ impl Sock {
     }
 
     /// Until the socket may be readable.
-    pub(crate) async fn readable(&self) -> io::Result<()> {
+    pub async fn readable(&self) -> io::Result<()> {
         #[cfg(unix)]
         return self.io.readable().await.map(|_| ());
         #[cfg(not(unix))]
@@ -328,7 +335,7 @@ impl Sock {
     }
 
     /// A wait for room in the send buffer, for while datagrams wait for it.
-    pub(crate) fn write_wait(self: &Arc<Self>) -> io::Result<WriteWait> {
+    pub fn write_wait(self: &Arc<Self>) -> io::Result<WriteWait> {
         #[cfg(unix)]
         {
             // A duplicate registered for writes, only while needed: registered for good, each
@@ -346,7 +353,7 @@ impl Sock {
 
 /// See [`Sock::write_wait`]. Kept across the loop's turns while the send buffer stays full:
 /// one registration (a `dup`, two `epoll_ctl` and a `close`) per episode, not per turn.
-pub(crate) struct WriteWait {
+pub struct WriteWait {
     #[cfg(unix)]
     fd: tokio::io::unix::AsyncFd<std::net::UdpSocket>,
     #[cfg(not(unix))]
@@ -357,7 +364,7 @@ impl WriteWait {
     /// Until the send buffer has room. Epoll reports a socket already writable at once; the
     /// readiness is cleared as it is reported, so the next wait lasts until a new edge, which
     /// a send that finds the buffer full again is sure to be followed by.
-    pub(crate) async fn ready(&self) -> io::Result<()> {
+    pub async fn ready(&self) -> io::Result<()> {
         #[cfg(unix)]
         {
             let mut guard = self.fd.writable().await?;
@@ -370,7 +377,7 @@ impl WriteWait {
 }
 
 /// The socket and whether it reports local addresses.
-pub(crate) struct Udp {
+pub struct Udp {
     /// Shared with the endpoint thread's loop, which waits for readiness without holding the
     /// driver (see `driver::Shared`).
     socket: Arc<Sock>,
@@ -403,7 +410,7 @@ pub(crate) struct Udp {
 impl Udp {
     /// `batched`: use `recvmmsg` / `sendmmsg` where the system has them; `gso`: and send runs
     /// to one peer with `UDP_SEGMENT` where the kernel has it.
-    pub(crate) fn new(socket: Sock, pktinfo: bool, batched: bool, gso: Gso) -> Self {
+    pub fn new(socket: Sock, pktinfo: bool, batched: bool, gso: Gso) -> Self {
         let ipv6 = socket.raw().local_addr().is_ok_and(|a| a.is_ipv6());
         #[cfg(not(target_os = "linux"))]
         let _ = (batched, gso);
@@ -435,11 +442,12 @@ impl Udp {
     /// Tests only: every other call of [`Udp::send_batch`] sends nothing, as if the send
     /// buffer were full, so that the wait for room runs whatever the kernel does (loopback
     /// never fills a send buffer: the receiver is charged for the datagrams at once).
-    pub(crate) fn fake_full_buffer(&mut self) {
+    pub fn fake_full_buffer(&mut self) {
         self.full_fault = Some(true);
     }
 
-    pub(crate) fn counters(&self) -> Counters {
+    /// The counters since the socket was opened.
+    pub fn counters(&self) -> Counters {
         Counters {
             recv_calls: self.socket.reads(),
             ..self.counters
@@ -447,7 +455,7 @@ impl Udp {
     }
 
     /// The socket, for waiting on its readiness.
-    pub(crate) fn io(&self) -> Arc<Sock> {
+    pub fn io(&self) -> Arc<Sock> {
         self.socket.clone()
     }
 
@@ -456,7 +464,7 @@ impl Udp {
     /// than it had room for): there is no need to ask again until it is readable, and the
     /// call that would only have found nothing is saved. `WouldBlock` when nothing waits;
     /// another error (an ICMP error reported on the socket) consumes that error only.
-    pub(crate) fn try_recv_batch(&mut self, out: &mut Vec<Received>) -> io::Result<bool> {
+    pub fn try_recv_batch(&mut self, out: &mut Vec<Received>) -> io::Result<bool> {
         #[cfg(target_os = "linux")]
         if self.mmsg {
             match sys::recv_many(&self.socket, self.pktinfo, &mut self.bufs, out) {
@@ -492,7 +500,7 @@ impl Udp {
     /// when all went, less when the socket buffer is full (send the rest once the socket is
     /// writable). A datagram the kernel refuses (an unreachable peer) is skipped: the engine's
     /// timers handle the silence.
-    pub(crate) fn send_batch(&mut self, out: &Outbox, from: usize) -> usize {
+    pub fn send_batch(&mut self, out: &Outbox, from: usize) -> usize {
         if let (Some(full), true) = (&mut self.full_fault, from < out.items.len()) {
             *full = !*full;
             if !*full {
@@ -576,7 +584,7 @@ impl Udp {
     }
 
     /// Whether datagrams come with their local address (and replies can choose theirs).
-    pub(crate) fn pktinfo(&self) -> bool {
+    pub fn pktinfo(&self) -> bool {
         self.pktinfo
     }
 
@@ -623,7 +631,7 @@ fn gso_refused(e: &io::Error) -> bool {
 /// Ask the kernel for each datagram's local address when `socket` is bound to every address
 /// (on a dual-stack socket for both families). Returns whether it is on; if not, the endpoint
 /// works as before, answering from the kernel's choice.
-pub(crate) fn enable_pktinfo(socket: &socket2::Socket, bind: SocketAddr, dual_stack: bool) -> bool {
+pub fn enable_pktinfo(socket: &socket2::Socket, bind: SocketAddr, dual_stack: bool) -> bool {
     if !bind.ip().is_unspecified() {
         return false;
     }
