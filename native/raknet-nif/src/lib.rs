@@ -709,7 +709,13 @@ fn send_message<'a>(
         priority,
     };
     let data = Bytes::copy_from_slice(data.as_slice());
-    if conn.tx.send_message(&conn, data, opts, receipt).is_err() {
+    let msg = resource::Message {
+        key: conn.key,
+        data,
+        opts,
+        receipt,
+    };
+    if conn.tx.send_message(&conn, msg).is_err() {
         return error(env, atoms::closed());
     }
     match receipt {

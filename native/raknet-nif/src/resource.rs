@@ -214,15 +214,18 @@ pub(crate) trait Gate: Send + Sync {
     fn enqueued(&self);
     /// An enqueued command was not sent after all (the channel is closed).
     fn not_enqueued(&self);
-    /// Carry out the send here, or hand its data back to go through the channel.
-    fn try_send_inline(
-        &self,
-        key: u64,
-        last_send: &AtomicU64,
-        data: Bytes,
-        opts: SendOptions,
-        receipt: Option<u32>,
-    ) -> Result<(), Bytes>;
+    /// Carry out the send here, or hand it back to go through the channel.
+    fn try_send_inline(&self, last_send: &AtomicU64, msg: Message) -> Result<(), Message>;
+}
+
+/// One message for one connection, admitted by `conn_send` (see `raknet_proto::SendGate`),
+/// on its way to the engine by either path.
+pub(crate) struct Message {
+    pub(crate) key: u64,
+    pub(crate) data: Bytes,
+    pub(crate) opts: SendOptions,
+    /// The receipt id `conn_send` returned, for the receipt reliabilities.
+    pub(crate) receipt: Option<u32>,
 }
 
 /// How the NIFs reach an endpoint's thread: its command channel, and for sends the way
@@ -249,25 +252,10 @@ impl CommandTx {
 
     /// Send a message on `conn`: on this thread when the endpoint's thread waits, nothing is
     /// queued ahead of it and the connection is not in a burst, through the channel otherwise.
-    pub(crate) fn send_message(
-        &self,
-        conn: &ConnResource,
-        data: Bytes,
-        opts: SendOptions,
-        receipt: Option<u32>,
-    ) -> Result<(), Closed> {
-        let key = conn.key;
-        match self
-            .shared
-            .try_send_inline(key, &conn.last_send, data, opts, receipt)
-        {
+    pub(crate) fn send_message(&self, conn: &ConnResource, msg: Message) -> Result<(), Closed> {
+        match self.shared.try_send_inline(&conn.last_send, msg) {
             Ok(()) => Ok(()),
-            Err(data) => self.send(Command::Send {
-                key,
-                data,
-                opts,
-                receipt,
-            }),
+            Err(msg) => self.send(Command::Send(msg)),
         }
     }
 
@@ -283,12 +271,7 @@ impl CommandTx {
 }
 
 pub(crate) enum Command {
-    Send {
-        key: u64,
-        data: Bytes,
-        opts: SendOptions,
-        receipt: Option<u32>,
-    },
+    Send(Message),
     /// One message for several connections of this endpoint: one shared copy of the data.
     Broadcast {
         keys: Vec<u64>,

@@ -15,16 +15,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raknet_proto::hash::OwnKeyMap;
-use raknet_proto::{
-    ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendGate, SendOptions,
-};
+use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendGate};
 use rustler::{Encoder, LocalPid, OwnedEnv, ResourceArc, Term};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Notify;
 
 use crate::atoms;
 use crate::convert::{self, Reason};
-use crate::resource::{Command, ConnResource, EndpointResource, Gate};
+use crate::resource::{Command, ConnResource, EndpointResource, Gate, Message};
 use raknet_proto::rates::{self, ConnRates, EndpointRates};
 use raknet_udp::{Outbox, Received, Udp};
 
@@ -246,16 +244,9 @@ impl Driver {
     /// events and lost receipts wait for the thread. Returns whether the thread must take a
     /// turn for them, for datagrams left unsent, or for a timer earlier than the one it sleeps
     /// until.
-    fn send_inline(
-        &mut self,
-        now: Instant,
-        key: u64,
-        data: Bytes,
-        opts: SendOptions,
-        receipt: Option<u32>,
-    ) -> bool {
+    fn send_inline(&mut self, now: Instant, msg: Message) -> bool {
         self.inline_sends += 1;
-        if let Some(lost) = self.apply_send(now, key, data, opts, receipt) {
+        if let Some(lost) = self.apply_send(now, msg) {
             self.lost.push(lost);
         }
         self.settle();
@@ -339,11 +330,14 @@ impl Driver {
     fn apply_send(
         &mut self,
         now: Instant,
-        key: u64,
-        data: Bytes,
-        opts: SendOptions,
-        receipt: Option<u32>,
+        msg: Message,
     ) -> Option<(LocalPid, ResourceArc<ConnResource>, u32)> {
+        let Message {
+            key,
+            data,
+            opts,
+            receipt,
+        } = msg;
         let &id = self.keys.get(&key)?;
         let slot = self.conns.get_mut(&id)?;
         // The id `conn_send` returned travels through the engine as the receipt's own.
@@ -368,13 +362,8 @@ impl Driver {
 
     fn command(&mut self, now: Instant, cmd: Command) {
         match cmd {
-            Command::Send {
-                key,
-                data,
-                opts,
-                receipt,
-            } => {
-                if let Some((pid, res, user_id)) = self.apply_send(now, key, data, opts, receipt) {
+            Command::Send(msg) => {
+                if let Some((pid, res, user_id)) = self.apply_send(now, msg) {
                     receipt_lost(&mut self.env, &pid, res, user_id);
                 }
             }

@@ -152,15 +152,8 @@ impl Gate for Shared {
     /// Carry out a send on the calling (scheduler) thread if the endpoint's thread is waiting,
     /// nothing is queued ahead of it and the connection's previous send (`last_send`: when it
     /// was asked for, by either path, in nanoseconds since `epoch`) was not a moment ago.
-    /// Never waits: `Err` hands the data back for the channel.
-    fn try_send_inline(
-        &self,
-        key: u64,
-        last_send: &AtomicU64,
-        data: Bytes,
-        opts: SendOptions,
-        receipt: Option<u32>,
-    ) -> Result<(), Bytes> {
+    /// Never waits: `Err` hands the message back for the channel.
+    fn try_send_inline(&self, last_send: &AtomicU64, msg: Message) -> Result<(), Message> {
         let now = Instant::now();
         // Counted from one gap in: a connection's first send (`last_send` 0) is sparse.
         let at = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos())
@@ -169,19 +162,19 @@ impl Gate for Shared {
         let last = last_send.swap(at, Ordering::Relaxed);
         let sparse = at.saturating_sub(last) >= INLINE_GAP.as_nanos() as u64;
         if !self.inline || !sparse || self.queued.load(Ordering::SeqCst) != 0 {
-            return Err(data);
+            return Err(msg);
         }
         let Ok(mut guard) = self.driver.try_lock() else {
-            return Err(data);
+            return Err(msg);
         };
         let Some(driver) = guard.as_mut() else {
-            return Err(data);
+            return Err(msg);
         };
         // Again, now that the thread cannot be applying commands.
         if self.queued.load(Ordering::SeqCst) != 0 || !driver.can_send_inline() {
-            return Err(data);
+            return Err(msg);
         }
-        let wake = driver.send_inline(now, key, data, opts, receipt);
+        let wake = driver.send_inline(now, msg);
         drop(guard);
         if wake {
             self.wake.notify_one();
