@@ -42,6 +42,10 @@ defmodule RakNet.Native do
   @spec native_memory() :: non_neg_integer()
   def native_memory, do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  @spec engine_defaults() :: map()
+  def engine_defaults, do: :erlang.nif_error(:nif_not_loaded)
+
   # The runtime; see docs/nif-contract.md for every function and message.
 
   @doc false

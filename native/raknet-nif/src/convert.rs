@@ -268,6 +268,78 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
     })
 }
 
+/// The default of every `endpoint_start` option a caller may restate, by option name, as
+/// [`endpoint_options`] fills them in.
+pub(crate) fn defaults(env: Env<'_>) -> Term<'_> {
+    let d = EndpointConfig::default();
+    let (l, a) = (&d.limits, &d.admission);
+    let budget = crate::resource::DeliveryBudget::default();
+    let ms = |t: Duration| t.as_millis() as u64;
+    let numbers: [(&str, u64); 23] = [
+        ("min_mtu", u64::from(d.min_mtu)),
+        ("max_mtu", u64::from(d.max_mtu)),
+        ("timeout_ms", ms(d.timeout)),
+        ("handshake_timeout_ms", ms(d.handshake_timeout)),
+        ("max_number_of_internal_ids", d.internal_addresses as u64),
+        ("max_connections", l.max_connections as u64),
+        ("max_buffered_bytes", l.max_endpoint_buffered_bytes as u64),
+        ("max_send_bytes", l.max_endpoint_send_bytes as u64),
+        ("max_message_bytes", l.max_message_bytes as u64),
+        (
+            "max_messages_per_sec",
+            l.max_messages_per_sec.map_or(0, u64::from),
+        ),
+        ("max_half_open", a.max_half_open as u64),
+        ("max_half_open_per_ip", a.max_half_open_per_ip as u64),
+        ("max_connections_per_ip", a.max_connections_per_ip as u64),
+        (
+            "new_connections_per_ip_per_sec",
+            u64::from(a.new_connections_per_ip_per_sec),
+        ),
+        ("pongs_per_ip_per_sec", u64::from(a.pongs_per_ip_per_sec)),
+        ("pong_bytes_per_sec", a.pong_bytes_per_sec),
+        ("pong_amplification", a.pong_amplification as u64),
+        ("strict_half_open", a.strict_half_open as u64),
+        (
+            "strict_handshakes_per_sec",
+            u64::from(a.strict_handshakes_per_sec),
+        ),
+        ("max_unproven", a.max_unproven as u64),
+        ("max_unproven_per_ip", a.max_unproven_per_ip as u64),
+        ("max_pending_deliveries", budget.messages as u64),
+        ("max_pending_bytes", budget.bytes as u64),
+    ];
+    let mut keys = Vec::with_capacity(numbers.len() + 4);
+    let mut values = Vec::with_capacity(numbers.len() + 4);
+    for (name, value) in numbers {
+        if let Ok(k) = Atom::from_str(env, name) {
+            keys.push(k.encode(env));
+            values.push(value.encode(env));
+        }
+    }
+    let congestion = match d.congestion {
+        CongestionControl::Bbr => atoms::bbr(),
+        _ => atoms::reno(),
+    };
+    let cookies = match d.use_cookies {
+        CookieMode::Always => true.encode(env),
+        CookieMode::Never => false.encode(env),
+        CookieMode::Auto => atoms::auto().encode(env),
+    };
+    for (name, value) in [
+        ("protocol_versions", d.protocol_versions.encode(env)),
+        ("congestion_control", congestion.encode(env)),
+        ("use_cookies", cookies),
+        ("strip_timestamps", d.strip_timestamps.encode(env)),
+    ] {
+        if let Ok(k) = Atom::from_str(env, name) {
+            keys.push(k.encode(env));
+            values.push(value);
+        }
+    }
+    Term::map_from_arrays(env, &keys, &values).unwrap_or_else(|_| atoms::error().encode(env))
+}
+
 /// 64 unpredictable bits, for an endpoint's seed and secret (its GUID and handshake keys): the
 /// engine takes randomness from its config, so the runtime supplies some from the standard
 /// library's hasher, whose keys come from the operating system's randomness (each new one

@@ -69,6 +69,13 @@ fn native_memory() -> usize {
     alloc::live_bytes()
 }
 
+/// The defaults an `endpoint_start` option takes when left out (see `convert::defaults`): the
+/// engine's, so that a layer restating one can be checked against them.
+#[rustler::nif]
+fn engine_defaults(env: Env<'_>) -> Term<'_> {
+    convert::defaults(env)
+}
+
 fn error<'a>(env: Env<'a>, reason: impl Encoder) -> Term<'a> {
     (atoms::error(), reason).encode(env)
 }

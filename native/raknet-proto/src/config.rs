@@ -224,8 +224,8 @@ pub struct AdmissionLimits {
     /// Unconnected pongs per source IP per second, with a burst of as many. Default 16.
     pub pongs_per_ip_per_sec: u32,
     /// Largest pong as a multiple of its ping. A Bedrock MOTD (100-150 bytes) makes a pong
-    /// of 4-6 times the 33-byte ping: raise this to 6 to answer Bedrock server lists, the
-    /// per-IP and global pong budgets still bound what a spoofer can reflect. Default 3.
+    /// of 4-6 times the 33-byte ping, so less would hide a Bedrock server from server lists;
+    /// the per-IP and global pong budgets bound what a spoofer can reflect. Default 6.
     pub pong_amplification: u32,
     /// Unconnected pong bytes per second over all sources (with a burst of one second's
     /// worth). Default 256 KiB. The IPs of players who completed a handshake have a budget of
@@ -259,7 +259,7 @@ impl Default for AdmissionLimits {
             max_connections_per_ip: 128,
             new_connections_per_ip_per_sec: 20,
             pongs_per_ip_per_sec: 16,
-            pong_amplification: 3,
+            pong_amplification: 6,
             pong_bytes_per_sec: 256 << 10,
             max_amplification: 3,
             max_tracked_ips: 16_384,
