@@ -288,20 +288,21 @@ pub(crate) type Network = (IpAddr, u8);
 /// provider's addresses cannot take what everyone shares: an IPv6 /56 (256 /64s, what a
 /// provider gives one customer) at twice it, a /48 (65,536 /64s, what a free tunnel broker
 /// gives anyone) at four times, an IPv4 /24 at four times.
-pub(crate) fn network_caps(ip: IpAddr, per_host: usize) -> Vec<(Network, usize)> {
+pub(crate) fn network_caps(
+    ip: IpAddr,
+    per_host: usize,
+) -> impl Iterator<Item = (Network, usize)> + Clone {
     let host = host_prefix_len(ip);
-    let wider: &[(u8, usize)] = if host == 32 {
+    let wider: &'static [(u8, usize)] = if host == 32 {
         &[(24, 4)]
     } else {
         &[(56, 2), (48, 4)]
     };
-    std::iter::once(((prefix(ip, host), host), per_host))
-        .chain(
-            wider
-                .iter()
-                .map(|&(len, times)| ((prefix(ip, len), len), per_host.saturating_mul(times))),
-        )
-        .collect()
+    std::iter::once(((prefix(ip, host), host), per_host)).chain(
+        wider
+            .iter()
+            .map(move |&(len, times)| ((prefix(ip, len), len), per_host.saturating_mul(times))),
+    )
 }
 
 /// How many of something each network holds (every host and the wider networks of
@@ -331,8 +332,7 @@ impl NetworkCounts {
     /// host, see [`network_caps`]).
     pub(crate) fn full(&self, ip: IpAddr, per_host: usize) -> bool {
         network_caps(ip, per_host)
-            .iter()
-            .any(|(net, cap)| self.by_network.get(net).copied().unwrap_or(0) >= *cap)
+            .any(|(net, cap)| self.by_network.get(&net).copied().unwrap_or(0) >= cap)
     }
 
     /// Count one more for `ip`.

@@ -560,8 +560,8 @@ impl ServerHandshake {
             return within_amplification(config, len, refused.len()).then_some(refused);
         }
         let networks = network_caps(from.ip(), config.admission.max_half_open_per_ip);
-        for (net, cap) in &networks {
-            if self.per_network.get(net).map_or(0, VecDeque::len) < *cap {
+        for (net, cap) in networks.clone() {
+            if self.per_network.get(&net).map_or(0, VecDeque::len) < cap {
                 continue;
             }
             stats.half_open_per_ip_full += 1;
@@ -574,7 +574,7 @@ impl ServerHandshake {
             let half_open = &self.half_open;
             let oldest = self
                 .per_network
-                .get(net)?
+                .get(&net)?
                 .iter()
                 .copied()
                 .find(|a| half_open.get(a).is_some_and(|h| !h.validated))?;
