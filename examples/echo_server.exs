@@ -11,20 +11,25 @@ defmodule EchoServer.Motd do
   @moduledoc "Counts players and keeps the server's MOTD up to date."
   use Agent
 
-  def start_link(server), do: Agent.start_link(fn -> {server, 0} end, name: __MODULE__)
+  def start_link(server, ports),
+    do: Agent.start_link(fn -> {server, ports, 0} end, name: __MODULE__)
+
   def join, do: update(+1)
   def leave, do: update(-1)
 
   defp update(delta) do
-    Agent.update(__MODULE__, fn {server, players} ->
+    Agent.update(__MODULE__, fn {server, ports, players} ->
       players = players + delta
-      RakNet.Server.set_offline_ping_response(server, motd(players))
-      {server, players}
+      RakNet.Server.set_offline_ping_response(server, motd(players, ports))
+      {server, ports, players}
     end)
   end
 
-  def motd(players) do
-    text = "MCPE;raknet echo server;527;1.19.1;#{players};100;0;raknet;Survival;1;19132;19133;"
+  # The ports a Bedrock client joins on (IPv4, IPv6) are part of the MOTD.
+  def motd(players, {port4, port6}) do
+    text =
+      "MCPE;raknet echo server;527;1.19.1;#{players};100;0;raknet;Survival;1;#{port4};#{port6};"
+
     <<byte_size(text)::16, text::binary>>
   end
 end
@@ -70,14 +75,20 @@ host6 = System.get_env("HOST6", "::1")
     open_ipv6_socket: true,
     ipv6_ip: host6,
     ipv6_port: port + 1,
-    offline_ping_response: EchoServer.Motd.motd(0),
+    offline_ping_response: EchoServer.Motd.motd(0, {port, port + 1}),
     # `mix raknet.load` opens all its connections from one address; a public server would
     # keep the default (128 per IP).
     max_connections_per_ip: 20_000
   )
 
-{:ok, _} = EchoServer.Motd.start_link(server)
 info = RakNet.Server.info(server)
+{:ok, _} = EchoServer.Motd.start_link(server, {info.ipv4_port, info.ipv6_port})
+
+:ok =
+  RakNet.Server.set_offline_ping_response(
+    server,
+    EchoServer.Motd.motd(0, {info.ipv4_port, info.ipv6_port})
+  )
 
 IO.puts(
   "raknet echo server on udp #{host}:#{info.ipv4_port} and [#{host6}]:#{info.ipv6_port}; Ctrl-C twice to stop"
