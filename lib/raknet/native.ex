@@ -85,6 +85,11 @@ defmodule RakNet.Native do
   def endpoint_unban(_endpoint, _ip), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  # The engine's key of a ban (what `endpoint_banned/1` lists it as).
+  @spec ban_key(binary()) :: {:ok, binary()} | {:error, :einval}
+  def ban_key(_ip), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_banned(reference()) ::
           [{binary(), non_neg_integer() | nil}] | {:error, :closed}
   def endpoint_banned(_endpoint), do: :erlang.nif_error(:nif_not_loaded)

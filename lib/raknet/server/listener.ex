@@ -101,8 +101,8 @@ defmodule RakNet.Server.Listener do
 
   defp now_ms, do: System.monotonic_time(:millisecond)
 
-  # The saved bans, keyed as the runtime counts them (an IPv4-mapped address as its IPv4
-  # address, an IPv6 one by its /64), without the expired ones; `ban` nil lifts `key`'s.
+  # The saved bans, keyed as the engine keys them (`ban_key/1`), without the expired ones;
+  # `ban` nil lifts `key`'s.
   defp save_ban(overrides, key, ban) do
     now = now_ms()
 
@@ -115,26 +115,12 @@ defmodule RakNet.Server.Listener do
     Map.put(overrides, :bans, bans)
   end
 
+  # The engine's key: one ban however it was written (an IPv6 address for its /64, an
+  # IPv4-mapped address for its IPv4 one).
   defp ban_key(text) do
-    case String.split(text, "/") do
-      [ip, len] -> {ban_key(ip), len}
-      _ -> host_ban_key(text)
-    end
-  end
-
-  defp host_ban_key(text) do
-    case :inet.parse_address(to_charlist(text)) do
-      {:ok, {0, 0, 0, 0, 0, 0xFFFF, ab, cd}} ->
-        {div(ab, 256), rem(ab, 256), div(cd, 256), rem(cd, 256)}
-
-      {:ok, {a, b, c, d, _, _, _, _}} ->
-        {:v6, a, b, c, d}
-
-      {:ok, ip} ->
-        ip
-
-      {:error, _} ->
-        text
+    case Native.ban_key(text) do
+      {:ok, key} -> key
+      {:error, _} -> text
     end
   end
 

@@ -458,6 +458,30 @@ fn parse_ip(ip: &str) -> Result<(IpAddr, Option<u8>), Atom> {
     Ok((addr, len))
 }
 
+/// How a ban is written back (`endpoint_banned`, `ban_key`): a host's as its address, a
+/// network's as `address/len`.
+pub(crate) fn ban_text(ip: IpAddr, len: u8) -> String {
+    if len == raknet_proto::host_prefix_len(ip) {
+        ip.to_string()
+    } else {
+        format!("{ip}/{len}")
+    }
+}
+
+/// The engine's key of a ban of `ip` (an address or `address/len`), written as
+/// `endpoint_banned` writes it: two ways of writing one ban (an IPv6 address and another of
+/// its /64, an IPv4-mapped address and its IPv4 one) give one key.
+#[rustler::nif]
+fn ban_key<'a>(env: Env<'a>, ip: String) -> Term<'a> {
+    match parse_ip(&ip) {
+        Ok((ip, len)) => {
+            let (net, len) = raknet_proto::ban_network(ip, len);
+            (atoms::ok(), ban_text(net, len)).encode(env)
+        }
+        Err(e) => error(env, e),
+    }
+}
+
 #[rustler::nif]
 fn endpoint_ban<'a>(
     env: Env<'a>,

@@ -280,6 +280,17 @@ pub fn host_prefix_len(ip: IpAddr) -> u8 {
     }
 }
 
+/// The network a ban of `ip` with a prefix of `len` bits covers (`None`: the host's, see
+/// [`host_prefix_len`]; a longer prefix is cut to the host's): what
+/// [`Endpoint::ban_prefix`](crate::Endpoint::ban_prefix) and
+/// [`Endpoint::unban_prefix`](crate::Endpoint::unban_prefix) key a ban by, so
+/// `2001:db8::1` and `2001:db8::2/128` are one ban, and `::ffff:10.0.0.1` is `10.0.0.1`'s.
+pub fn ban_network(ip: IpAddr, len: Option<u8>) -> (IpAddr, u8) {
+    let host = host_prefix_len(ip);
+    let len = len.unwrap_or(host).min(host);
+    (prefix(ip, len), len)
+}
+
 /// A network: a prefix and its length in bits (`(2001:db8::, 48)`).
 pub(crate) type Network = (IpAddr, u8);
 
@@ -380,12 +391,8 @@ impl Bans {
         crate::memory::map(&self.until) + crate::memory::btree(&self.lens)
     }
 
-    /// The key of a ban of `ip`'s `len`-bit network (`None`: the host's, see
-    /// [`host_prefix_len`]).
     fn key(ip: IpAddr, len: Option<u8>) -> (IpAddr, u8) {
-        let host = host_prefix_len(ip);
-        let len = len.unwrap_or(host).min(host);
-        (prefix(ip, len), len)
+        ban_network(ip, len)
     }
 
     pub(crate) fn ban(&mut self, ip: IpAddr, len: Option<u8>, until_ms: Option<u64>) {

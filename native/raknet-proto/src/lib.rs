@@ -64,7 +64,7 @@ mod stats;
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use admission::{host_prefix_len, ip_key, prefix};
+pub use admission::{ban_network, host_prefix_len, ip_key, prefix};
 pub use codec::{Decode, Encode};
 pub use config::{
     AdmissionLimits, CongestionControl, CookieMode, EndpointConfig, Limits, SendBudget,

@@ -495,13 +495,7 @@ impl Driver {
                     bans.iter()
                         .map(|(ip, len, left)| {
                             let left = left.map(|d| d.as_millis() as u64);
-                            // A host's ban as its address; a network's as `address/len`.
-                            let net = if *len == raknet_proto::host_prefix_len(*ip) {
-                                ip.to_string()
-                            } else {
-                                format!("{ip}/{len}")
-                            };
-                            (net, left).encode(env)
+                            (crate::ban_text(*ip, *len), left).encode(env)
                         })
                         .collect::<Vec<_>>()
                         .encode(env)
