@@ -207,21 +207,34 @@ defmodule RakNet do
   end
 
   @doc """
-  Sends `message` to many connections (pids or handles) with one call: the binary is copied
-  once and shared by every recipient's queue, and each endpoint thread is woken once.
+  Sends `message` to many connections with one call: the binary is copied once and shared
+  by every recipient's queue, and each endpoint thread is woken once.
+
+  `connections` holds connection pids, handles, or the maps `RakNet.Server.connections/1`
+  and `RakNet.Server.lookup/3` return, of any node of the cluster: another node gets the
+  message once, with its list of connections (one message per node, not per connection),
+  and broadcasts it there in the order the calling process sent it (see
+  `RakNet.Connection.send/4` for order across nodes). Anything else raises `ArgumentError`,
+  as does a handle of another node's connection (a handle is only usable on its own node:
+  give the pid).
+
   Connections that have closed, are over their send budget, or would need more fragments
   than their peer reassembles or more bytes than their server's `:max_message_bytes` (see
-  `RakNet.Connection.send/4`), are skipped. Returns `{:ok, count}`, the number of
-  connections it was queued for, or `{:error, reason}` for bad arguments (`:too_large` when
-  too large for every open connection given; `:bad_reliability` also for the
-  `*_ack_receipt` reliabilities: a receipt belongs to one send). Options as `RakNet.Connection.send/4`
+  `RakNet.Connection.send/4`), are skipped. Returns `{:ok, count}`: the connections of this
+  node it was queued for, plus those of other nodes it was handed on for (their closed
+  connections are skipped there, uncounted; a node that is not connected is skipped and
+  not counted). `{:error, reason}` for bad arguments (`:too_large` when too large for every
+  open connection of this node given; `:bad_reliability` also for the `*_ack_receipt`
+  reliabilities: a receipt belongs to one send). Options as `RakNet.Connection.send/4`
   (`:channel`, `:priority`).
 
       {:ok, 3} = RakNet.broadcast([player1, player2, player3], :unreliable_sequenced, position)
+      {:ok, _} = RakNet.broadcast(RakNet.Server.connections(server), :reliable_ordered, motd)
 
-  To send to every player of a server but some, see `RakNet.Server.broadcast/4`.
+  To send to every player of a server but some, see `RakNet.Server.broadcast/4`; to a zone
+  or room, `RakNet.Group.broadcast/4`.
   """
-  @spec broadcast([pid() | reference()], atom(), binary(), keyword()) ::
+  @spec broadcast([pid() | reference() | map()], atom(), binary(), keyword()) ::
           {:ok, non_neg_integer()} | {:error, atom() | {:unknown_option, term()}}
   def broadcast(connections, reliability, message, opts \\ [])
 
@@ -230,29 +243,66 @@ defmodule RakNet do
 
   def broadcast(connections, reliability, message, opts) when is_list(connections) do
     with {:ok, channel, priority} <- RakNet.Connection.check_send(reliability, opts, :broadcast) do
-      queue(connections, reliability, channel, priority, message)
+      {handles, remote} = split_by_node(connections)
+
+      # This node's connections first: an error there (a message too large for all of them)
+      # comes before any other node was handed the message. Each connection's limit is
+      # checked by the NIF: too large for every one of them is {:error, :too_large}.
+      local =
+        if handles == [] and remote != %{},
+          do: {:ok, 0},
+          else: RakNet.Native.broadcast(handles, reliability, channel, priority, message)
+
+      with {:ok, sent} <- local do
+        handed =
+          for {node, pids} <- remote,
+              RakNet.Relay.broadcast(node, pids, reliability, message, opts),
+              reduce: 0,
+              do: (n -> n + length(pids))
+
+        {:ok, sent + handed}
+      end
     end
   end
 
-  defp queue(connections, reliability, channel, priority, message) do
-    handles =
-      Enum.flat_map(connections, fn
-        conn when is_reference(conn) ->
-          [conn]
+  def broadcast(connections, _reliability, _message, _opts),
+    do: raise(ArgumentError, "expected a list of connections, got: #{inspect(connections)}")
 
-        pid when is_pid(pid) ->
+  # This node's connections as handles (a pid the registry does not know has closed: left
+  # out), other nodes' as pids grouped by node.
+  defp split_by_node(connections) do
+    here = node()
+
+    Enum.reduce(connections, {[], %{}}, fn connection, {handles, remote} ->
+      case connection do
+        conn when is_reference(conn) and node(conn) == here ->
+          {[conn | handles], remote}
+
+        pid when is_pid(pid) and node(pid) == here ->
           case RakNet.Connection.Registry.lookup(pid) do
-            {:ok, conn} -> [conn]
-            :error -> []
+            {:ok, conn} -> {[conn | handles], remote}
+            :error -> {handles, remote}
           end
 
-        _other ->
-          []
-      end)
+        pid when is_pid(pid) ->
+          {handles, Map.update(remote, node(pid), [pid], &[pid | &1])}
 
-    # Each connection's limit is checked by the NIF: too large for every one of them is
-    # {:error, :too_large}, not {:ok, 0}.
-    RakNet.Native.broadcast(handles, reliability, channel, priority, message)
+        %{pid: pid, conn: conn} when is_pid(pid) and node(pid) == here and is_reference(conn) ->
+          {[conn | handles], remote}
+
+        %{pid: pid} when is_pid(pid) ->
+          {handles, Map.update(remote, node(pid), [pid], &[pid | &1])}
+
+        conn when is_reference(conn) ->
+          raise ArgumentError,
+                "#{inspect(conn)} is a handle of a connection of #{node(conn)}: " <>
+                  "give its pid to reach it from #{here}"
+
+        other ->
+          raise ArgumentError,
+                "expected a connection pid, handle or map, got: #{inspect(other)}"
+      end
+    end)
   end
 
   defp resolve(host) when is_tuple(host), do: {:ok, host}

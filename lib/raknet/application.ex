@@ -12,15 +12,14 @@ defmodule RakNet.Application do
       RakNet.Connection.Registry,
       # The :pg scope of RakNet.Packet.Registry, the cluster-wide names packets are routed to.
       RakNet.Packet.Registry,
-      # Broadcasts from other nodes' processes (RakNet.Packet.broadcast/4), in order.
+      # The :pg scope of RakNet.Group (zones, rooms, lobbies: connections cluster-wide).
+      %{id: RakNet.Group, start: {:pg, :start_link, [RakNet.Group]}},
+      # Sends, broadcasts, closes and server calls from other nodes' processes, in order.
       %{
-        id: RakNet.Packet.Relays,
+        id: RakNet.Relays,
         start:
           {Supervisor, :start_link,
-           [
-             RakNet.Packet.Relay.child_specs(),
-             [strategy: :one_for_one, name: RakNet.Packet.Relays]
-           ]},
+           [RakNet.Relay.child_specs(), [strategy: :one_for_one, name: RakNet.Relays]]},
         type: :supervisor
       },
       RakNet.ClientEndpoint,

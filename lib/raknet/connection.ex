@@ -25,11 +25,22 @@ defmodule RakNet.Connection do
 
   Either way the message is queued on the runtime's thread and `send/3` returns at once.
 
+  ## Across the cluster
+
+  A connection pid of another node works everywhere a pid does (`send/4`, `close/2`,
+  `info/1`, `stop/1`, `RakNet.broadcast/4`, `RakNet.Group`): the call is handed to a relay
+  process on the connection's node, one per calling process, so everything one process
+  sends to a node is done there in the order it was sent. `send/4` then waits for that
+  node's answer (one message there and one back) and returns it; a node that is not
+  connected or goes down first gives `{:error, :nodedown}`, one that does not answer in 5 s
+  `{:error, :timeout}`. A handle (`conn_ref/1`) is only usable on its own node.
+
   Errors: `{:error, :closed}` (the connection ended, or the process is gone), `:too_large`
   (over 32 MiB, or over the 16,384 fragments a peer reassembles: about 22 MiB at MTU 1492),
   `:over_budget` (64 MiB queued or unacknowledged), `:bad_reliability`,
   `:bad_channel` (not 0..31), `:bad_priority`, `{:unknown_option, key}` (an option other than
-  `:channel` and `:priority`), `:empty`, `:not_binary`.
+  `:channel` and `:priority`), `:empty`, `:not_binary`; for another node's connection also
+  `:nodedown` and `:timeout` (see above).
 
   ## Lifecycle
 
@@ -92,6 +103,8 @@ defmodule RakNet.Connection do
           | {:unknown_option, term()}
           | :empty
           | :not_binary
+          | :nodedown
+          | :timeout
 
   @doc """
   Sends `message` with `reliability` on channel 0 at high priority; X-Plane's `send/3`.
@@ -130,6 +143,13 @@ defmodule RakNet.Connection do
       if byte_size(message) > @dirty_send_bytes,
         do: Native.conn_send_dirty(conn, reliability, channel, priority, message),
         else: Native.conn_send(conn, reliability, channel, priority, message)
+    end
+  end
+
+  def send(pid, reliability, message, opts) when is_pid(pid) and node(pid) != node() do
+    # Checked here too: an error is the same wherever the connection is.
+    with {:ok, _channel, _priority} <- check_send(reliability, opts) do
+      RakNet.Relay.call(node(pid), {:send, pid, reliability, message, opts})
     end
   end
 
@@ -259,9 +279,10 @@ defmodule RakNet.Connection do
       :ok = RakNet.Connection.close(connection)
       :ok = RakNet.Connection.close(connection, {:kicked, "spamming chat"})
 
-  Any process may call it; it never waits on the connection process.
+  Any process may call it; it never waits on the connection process (for another node's
+  connection it waits for that node, see "Across the cluster").
   """
-  @spec close(t(), term()) :: :ok
+  @spec close(t(), term()) :: :ok | {:error, :nodedown | :timeout}
   def close(connection, reason \\ :local_close)
 
   def close(conn, reason) when is_reference(conn) do
@@ -269,6 +290,11 @@ defmodule RakNet.Connection do
       :local_close -> Native.conn_close(conn)
       reason -> Native.conn_close_with(conn, close_reason(reason))
     end
+  end
+
+  def close(pid, reason) when is_pid(pid) and node(pid) != node() do
+    _ = close_reason(reason)
+    RakNet.Relay.call(node(pid), {:close, pid, reason})
   end
 
   def close(pid, reason) when is_pid(pid) do
@@ -312,6 +338,9 @@ defmodule RakNet.Connection do
   """
   @spec info(t()) :: {:ok, map()} | {:error, :closed}
   def info(conn) when is_reference(conn), do: Native.conn_info(conn)
+
+  def info(pid) when is_pid(pid) and node(pid) != node(),
+    do: RakNet.Relay.call(node(pid), {:info, pid})
 
   def info(pid) when is_pid(pid) do
     case handle(pid) do

@@ -146,75 +146,40 @@ defmodule RakNet.Packet do
 
   @doc """
   Encodes `packet` and sends it on `connection` (a `RakNet.Connection` pid or handle), from
-  any process on any node. Options as `RakNet.Connection.send/4`.
-
-  On the connection's own node it is `RakNet.Connection.send/4` with the encoded message and
-  returns what that returns. From another node the message is encoded here and handed to
-  the connection's process, which must run `RakNet.Packet.Handler`, to send; that returns
-  `{:ok, nil}` at once (a closed connection drops it), and keeps the order of everything the
-  calling process sends to that connection (`RakNet.Packet.Handler.assign/2` included). A bad
-  reliability, channel or priority, or an unknown option, is an error here
-  (`:bad_reliability`, `:bad_channel`, `:bad_priority`, `{:unknown_option, key}`), wherever
-  the connection is.
+  any process on any node: `RakNet.Connection.send/4` with the encoded message, and what
+  that returns (for another node's connection, see "Across the cluster" there: whatever
+  handler the connection runs). A bad reliability, channel or priority, or an unknown
+  option, is an error before the packet is encoded.
   """
   @spec send(RakNet.Connection.t(), atom(), t(), keyword()) ::
           RakNet.Connection.send_result() | {:error, error() | {:not_a_packet, term()}}
   def send(connection, reliability, packet, opts \\ []) do
-    with {:ok, message} <- encode(packet) do
-      if is_reference(connection) or node(connection) == node() do
-        RakNet.Connection.send(connection, reliability, message, opts)
-      else
-        # Checked here: the connection's node could only drop a bad send.
-        with {:ok, _channel, _priority} <- RakNet.Connection.check_send(reliability, opts) do
-          Kernel.send(connection, {:raknet_packet_send, reliability, message, opts})
-          {:ok, nil}
-        end
-      end
+    with {:ok, _channel, _priority} <- RakNet.Connection.check_send(reliability, opts),
+         {:ok, message} <- encode(packet) do
+      RakNet.Connection.send(connection, reliability, message, opts)
     end
   end
 
   @doc """
-  Encodes `packet` once and sends it to many connection pids, wherever they are in the
-  cluster: `RakNet.broadcast/4` on each node that has some of them. A remote node gets the
-  message once, with its list of connections, and broadcasts it in the order the calling
-  process sent its broadcasts there (through one of a few relay processes per node, chosen
-  by the caller's pid; `:erpc.cast/4` would not keep that order).
+  Encodes `packet` once and sends it to many connections, wherever they are in the cluster:
+  `RakNet.broadcast/4` with the encoded message (a remote node gets the message once, with
+  its list of connections, and broadcasts it in the order the calling process sent it).
 
-  Order is kept among one process's broadcasts, and among its `send/4`s and
-  `RakNet.Packet.Handler.assign/2`s to one connection, but not between a broadcast and a
-  `send/4`: a process that needs both in order can broadcast to `[connection]`.
-
-  Returns `{:ok, count}`: the local connections it was queued for plus the remote ones it was
-  handed on for (their closed connections are skipped there, uncounted). A bad reliability
-  (the `*_ack_receipt` ones included, as for `RakNet.broadcast/4`), channel or priority, or
-  an unknown option, is an error before anything is sent.
+  Returns what `RakNet.broadcast/4` returns. A bad reliability (the `*_ack_receipt` ones
+  included), channel or priority, or an unknown option, is an error before the packet is
+  encoded.
 
       {:ok, _} = RakNet.Packet.broadcast(players, :unreliable_sequenced, %MyGame.Packets.Moved{...})
   """
-  @spec broadcast([pid()], atom(), t(), keyword()) ::
+  @spec broadcast([pid() | reference() | map()], atom(), t(), keyword()) ::
           {:ok, non_neg_integer()} | {:error, term()}
   def broadcast(connections, reliability, packet, opts \\ []) do
-    # Checked before any node is handed the message, which could only drop it.
     with {:ok, _channel, _priority} <-
            RakNet.Connection.check_send(reliability, opts, :broadcast),
          {:ok, message} <- encode(packet) do
-      # This node's connections first: an error there (a message too large for all of
-      # them) comes before any other node was handed the message.
-      {local, remote} = connections |> Enum.group_by(&node/1) |> Map.pop(node(), [])
-
-      with {:ok, sent} <- local_broadcast(local, reliability, message, opts) do
-        for {node, pids} <- remote,
-            do: RakNet.Packet.Relay.broadcast(node, pids, reliability, message, opts)
-
-        {:ok, sent + Enum.sum(Enum.map(remote, fn {_node, pids} -> length(pids) end))}
-      end
+      RakNet.broadcast(connections, reliability, message, opts)
     end
   end
-
-  defp local_broadcast([], _reliability, _message, _opts), do: {:ok, 0}
-
-  defp local_broadcast(pids, reliability, message, opts),
-    do: RakNet.broadcast(pids, reliability, message, opts)
 
   @doc "The id bytes that start a message of `module`."
   @spec header(module()) :: binary()

@@ -166,7 +166,20 @@ defmodule RakNet.Server do
       for %{pid: pid, id: player_id} <- RakNet.Server.connections(server), do: ...
   """
   @spec connections(Supervisor.supervisor()) :: [connection()]
-  def connections(server), do: RakNet.Connection.Registry.connections(whereis!(server))
+  def connections(server) do
+    with_server(server, :connections, [], &RakNet.Connection.Registry.connections/1)
+  end
+
+  @doc """
+  How many connections the server has, from the registry (ETS) without asking anyone: cheap
+  enough for a server list's player count. As `connections/1`, a connection counts once its
+  process has started.
+
+      RakNet.Server.count(server)
+      #=> 42
+  """
+  @spec count(Supervisor.supervisor()) :: non_neg_integer()
+  def count(server), do: with_server(server, :count, [], &RakNet.Connection.Registry.count/1)
 
   @doc """
   Finds one of the server's connections by the peer's `:address` (`{ip, port}`), its `:guid`
@@ -177,8 +190,9 @@ defmodule RakNet.Server do
   """
   @spec lookup(Supervisor.supervisor(), :address | :guid | :id, term()) ::
           {:ok, connection()} | :error
-  def lookup(server, kind, key) when kind in [:address, :guid, :id],
-    do: RakNet.Connection.Registry.find(whereis!(server), kind, key)
+  def lookup(server, kind, key) when kind in [:address, :guid, :id] do
+    with_server(server, :lookup, [kind, key], &RakNet.Connection.Registry.find(&1, kind, key))
+  end
 
   @doc """
   Sends `message` to every connection of the server, except the connections (pids or
@@ -192,6 +206,14 @@ defmodule RakNet.Server do
   def broadcast(server, reliability, message, opts \\ [])
 
   def broadcast(server, reliability, message, opts) when is_list(opts) do
+    with_server(server, :broadcast, [reliability, message, opts], fn pid ->
+      broadcast_here(pid, reliability, message, opts)
+    end)
+  end
+
+  def broadcast(_server, _reliability, _message, opts), do: {:error, {:unknown_option, opts}}
+
+  defp broadcast_here(server, reliability, message, opts) do
     # Options that are no keyword list are named by RakNet.broadcast/4's error (without
     # :except, the one it does not know).
     {except, opts} =
@@ -199,7 +221,7 @@ defmodule RakNet.Server do
         do: Keyword.pop(opts, :except, []),
         else: {[], Enum.reject(opts, &match?({:except, _}, &1))}
 
-    handles = RakNet.Connection.Registry.handles(whereis!(server))
+    handles = RakNet.Connection.Registry.handles(server)
 
     conns =
       case except do
@@ -217,12 +239,25 @@ defmodule RakNet.Server do
     RakNet.broadcast(conns, reliability, message, opts)
   end
 
-  def broadcast(_server, _reliability, _message, opts), do: {:error, {:unknown_option, opts}}
-
-  defp whereis!(server) do
+  # `local` with the server's pid on its own node: here, or through a relay there (the
+  # registry it reads is that node's). `:nodedown` and `:timeout` of a relay exit as a call
+  # to a server that is gone does.
+  defp with_server(server, fun, args, local) do
     case GenServer.whereis(server) do
-      pid when is_pid(pid) -> pid
-      _ -> exit({:noproc, {__MODULE__, :whereis, [server]}})
+      pid when is_pid(pid) and node(pid) == node() ->
+        local.(pid)
+
+      pid when is_pid(pid) ->
+        case RakNet.Relay.call(node(pid), {:server, fun, [pid | args]}) do
+          {:error, reason} when reason in [:nodedown, :timeout] ->
+            exit({reason, {__MODULE__, fun, [server | args]}})
+
+          result ->
+            result
+        end
+
+      _ ->
+        exit({:noproc, {__MODULE__, fun, [server | args]}})
     end
   end
 

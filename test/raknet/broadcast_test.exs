@@ -87,9 +87,43 @@ defmodule RakNet.BroadcastTest do
     assert RakNet.broadcast([], :reliable, <<0x86>>) == {:ok, 0}
   end
 
-  defp lookup_pid(server, conn) do
+  # The natural first try, broadcast(Server.connections(server), ...), returned {:ok, 0} and
+  # sent nothing: the maps were skipped as unknown.
+  test "RakNet.broadcast/4 takes the maps connections/1 returns, and raises on anything else" do
+    {server, port} = start_server(EchoClient)
+    {:ok, a} = RakNet.connect("127.0.0.1", port)
+    {:ok, b} = RakNet.connect("127.0.0.1", port)
+    for _ <- 1..2, do: assert_receive({:client_new, _}, 5_000)
+    assert RakNet.Server.count(server) == 2
+
+    conns = RakNet.Server.connections(server)
+    assert {:ok, 2} = RakNet.broadcast(conns, :reliable_ordered, <<0x86, "maps">>)
+    assert_receive {:raknet, ^a, 0x86, "maps", _}, 5_000
+    assert_receive {:raknet, ^b, 0x86, "maps", _}, 5_000
+
+    {:ok, one} = RakNet.Server.lookup(server, :address, local_address(a))
+    assert {:ok, 1} = RakNet.broadcast([one], :reliable_ordered, <<0x86, "one">>)
+    assert_receive {:raknet, ^a, 0x86, "one", _}, 5_000
+
+    assert_raise ArgumentError, ~r/expected a connection pid, handle or map, got: :nope/, fn ->
+      RakNet.broadcast([:nope], :reliable, <<0x86>>)
+    end
+
+    assert_raise ArgumentError, ~r/expected a list of connections/, fn ->
+      RakNet.broadcast(server, :reliable, <<0x86>>)
+    end
+
+    :ok = Connection.close(a)
+    assert_receive {:raknet_disconnect, ^a, :local_close}, 5_000
+  end
+
+  defp local_address(conn) do
     {:ok, %{local_address: local}} = Connection.info(conn)
-    {:ok, %{pid: pid}} = RakNet.Server.lookup(server, :address, local)
+    local
+  end
+
+  defp lookup_pid(server, conn) do
+    {:ok, %{pid: pid}} = RakNet.Server.lookup(server, :address, local_address(conn))
     pid
   end
 

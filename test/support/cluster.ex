@@ -66,6 +66,199 @@ defmodule RakNet.Test.Cluster do
     watch_loop(pid, ref)
   end
 
+  @doc """
+  On a peer: starts a `RakNet.Server` of `RakNet.Test.EchoClient` on loopback that outlives
+  the call (unlinked), for many clients of this machine; its connections announce themselves
+  to a sink process (see `await_connections/2`). Returns `{server, port, sink}`.
+  """
+  def start_server(opts \\ []) do
+    sink = spawn(fn -> sink_loop(0, []) end)
+
+    opts =
+      [ip: {127, 0, 0, 1}, open_ipv6_socket: false, client_data: sink] ++
+        RakNet.Test.Server.crowd() ++ [max_connections_per_ip: 4_096] ++ opts
+
+    {:ok, server} = RakNet.Server.start_link(RakNet.Test.EchoClient, 0, opts)
+    Process.unlink(server)
+    {server, RakNet.Server.info(server).ipv4_port, sink}
+  end
+
+  @doc "Waits (at most `timeout` ms) until the sink of `start_server/1` has seen `n` connections."
+  def await_connections(sink, n, timeout \\ 60_000) do
+    send(sink, {:await, self(), n})
+
+    receive do
+      {:connections, ^sink, ^n} -> :ok
+    after
+      timeout -> {:error, :timeout}
+    end
+  end
+
+  defp sink_loop(count, waiters) do
+    receive do
+      {:client_new, _pid} ->
+        count = count + 1
+        {done, waiting} = Enum.split_with(waiters, fn {_, n} -> count >= n end)
+        for {pid, n} <- done, do: send(pid, {:connections, self(), n})
+        sink_loop(count, waiting)
+
+      {:await, pid, n} when count >= n ->
+        send(pid, {:connections, self(), n})
+        sink_loop(count, waiters)
+
+      {:await, pid, n} ->
+        sink_loop(count, [{pid, n} | waiters])
+
+      _other ->
+        sink_loop(count, waiters)
+    end
+  end
+
+  @doc "Waits (at most 5 s) until the process `pid` of this node has ended."
+  def await_down(pid) do
+    ref = Process.monitor(pid)
+
+    receive do
+      {:DOWN, ^ref, :process, ^pid, _} -> :ok
+    after
+      5_000 -> {:error, :timeout}
+    end
+  end
+
+  @doc "Waits (at most 5 s) until this node is not connected to `node`."
+  def await_nodedown(node) do
+    # A monitor of a node that is not connected gets its :nodedown at once.
+    true = Node.monitor(node, true)
+
+    receive do
+      {:nodedown, ^node} -> :ok
+    after
+      5_000 -> {:error, :timeout}
+    end
+  end
+
+  @doc "Joins every connection `server` has on this node to `group`."
+  def join_all(server, group) do
+    server |> RakNet.Server.connections() |> Enum.map(& &1.pid) |> RakNet.Group.join(group)
+  end
+
+  @doc """
+  On a peer: opens `n` raw client connections to `port` on loopback, owned by a holder
+  process that counts what they receive (see `await_received/3`). Returns the holder.
+  """
+  def connect_many(port, n) do
+    holder = spawn(fn -> holder_loop(%{}, []) end)
+
+    1..n
+    |> Task.async_stream(
+      fn _ ->
+        {:ok, conn} = RakNet.connect("127.0.0.1", port)
+        :ok = RakNet.Native.conn_set_owner(conn, holder)
+      end,
+      max_concurrency: 16,
+      timeout: 60_000
+    )
+    |> Stream.run()
+
+    holder
+  end
+
+  @doc """
+  Waits (at most `timeout` ms) until the connections of `holder` received `n` messages of
+  type 0x86 with `body`; returns how many arrived.
+  """
+  def await_received(holder, body, n, timeout \\ 30_000) do
+    send(holder, {:await, self(), body, n})
+
+    receive do
+      {:received, ^holder, ^body, count} -> count
+    after
+      timeout ->
+        send(holder, {:count, self(), body})
+
+        receive do
+          {:received, ^holder, ^body, count} -> count
+        end
+    end
+  end
+
+  defp holder_loop(counts, waiters) do
+    receive do
+      {:raknet, _conn, 0x86, body, _transit} ->
+        counts = Map.update(counts, body, 1, &(&1 + 1))
+        count = counts[body]
+
+        {done, waiting} = Enum.split_with(waiters, fn {_, b, n} -> b == body and count >= n end)
+
+        for {pid, _, _} <- done, do: send(pid, {:received, self(), body, count})
+        holder_loop(counts, waiting)
+
+      {:await, pid, body, n} ->
+        if Map.get(counts, body, 0) >= n do
+          send(pid, {:received, self(), body, counts[body]})
+          holder_loop(counts, waiters)
+        else
+          holder_loop(counts, [{pid, body, n} | waiters])
+        end
+
+      {:count, pid, body} ->
+        send(pid, {:received, self(), body, Map.get(counts, body, 0)})
+        holder_loop(counts, waiters)
+
+      _other ->
+        holder_loop(counts, waiters)
+    end
+  end
+
+  @doc """
+  Runs `fun` and returns `{its result, the messages the calling process sent to other nodes
+  meanwhile}`, counted by tracing its sends.
+  """
+  def remote_sends(fun) do
+    me = self()
+    tracer = spawn(fn -> tracer_loop(0) end)
+    :erlang.trace(me, true, [:send, {:tracer, tracer}])
+
+    result =
+      try do
+        fun.()
+      after
+        :erlang.trace(me, false, [:send])
+      end
+
+    # Every trace message is with the tracer before it is asked for the count.
+    delivered = :erlang.trace_delivered(me)
+
+    receive do
+      {:trace_delivered, ^me, ^delivered} -> :ok
+    end
+
+    ref = make_ref()
+    send(tracer, {:done, me, ref})
+
+    receive do
+      {^ref, sends} -> {result, sends}
+    end
+  end
+
+  @doc "`remote_sends/1` of `apply(module, fun, args)`."
+  def counting_remote_sends(module, fun, args),
+    do: remote_sends(fn -> apply(module, fun, args) end)
+
+  defp tracer_loop(remote) do
+    receive do
+      {:trace, _pid, :send, _msg, to} ->
+        tracer_loop(if remote_destination?(to), do: remote + 1, else: remote)
+
+      {:done, pid, ref} ->
+        send(pid, {ref, remote})
+    end
+  end
+
+  defp remote_destination?({_name, node}) when is_atom(node), do: node != node()
+  defp remote_destination?(pid) when is_pid(pid), do: node(pid) != node()
+  defp remote_destination?(_local_name), do: false
+
   @doc "Forwards this node's log events to `pid` as {:log, node, level, text}."
   def forward_logs(pid) do
     :logger.add_handler(

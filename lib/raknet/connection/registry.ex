@@ -168,6 +168,11 @@ defmodule RakNet.Connection.Registry do
   def handles(server),
     do: :ets.select(@index, [{{{server, :pid, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}])
 
+  @doc "How many connections `server` has (its `{server, :pid, pid}` rows)."
+  @spec count(pid()) :: non_neg_integer()
+  def count(server),
+    do: :ets.select_count(@index, [{{{server, :pid, :_}, :_}, [], [true]}])
+
   @doc "The connections of `server`, in no particular order."
   @spec connections(pid()) :: [map()]
   def connections(server) do

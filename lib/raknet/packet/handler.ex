@@ -90,11 +90,6 @@ defmodule RakNet.Packet.Handler do
   def handle_info(%__MODULE__{context: ctx} = h, {:raknet_packet_assign, assigns}),
     do: {:noreply, %{h | context: %{ctx | assigns: Map.merge(ctx.assigns, assigns)}}}
 
-  def handle_info(h, {:raknet_packet_send, reliability, message, opts}) do
-    RakNet.Connection.send(self(), reliability, message, opts)
-    {:noreply, h}
-  end
-
   def handle_info(h, _other), do: {:noreply, h}
 end
 
