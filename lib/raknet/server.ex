@@ -455,7 +455,8 @@ defmodule RakNet.Server do
   def resume(server), do: GenServer.call(listener(server), {:suspended, false})
 
   @doc """
-  Changes `:max_connections` (per socket, all its endpoint threads together) at once. A lower limit closes nobody: newcomers are
+  Changes `:max_connections` (the whole server's, both sockets together) at once. A lower
+  limit closes nobody: newcomers are
   refused until enough players have left.
 
       :ok = RakNet.Server.set_max_connections(server, 200)

@@ -29,6 +29,21 @@ defmodule RakNet.OperationsTest do
     assert RakNet.Server.info(server).connections == 2
   end
 
+  # It was per socket: a dual-stack server admitted twice its limit.
+  test ":max_connections is the whole server's, IPv4 and IPv6 together" do
+    {server, port} = start_server(max_connections: 1, open_ipv6_socket: true)
+    %{ipv6_port: port6} = RakNet.Server.info(server)
+    {:ok, _v4} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+    assert {:error, :no_free_incoming_connections} = RakNet.connect("::1", port6)
+
+    :ok = RakNet.Server.set_max_connections(server, 2)
+    assert {:ok, _v6} = RakNet.connect("::1", port6)
+    assert_receive {:client_new, _}, 5_000
+    assert {:error, :no_free_incoming_connections} = RakNet.connect("127.0.0.1", port)
+    assert RakNet.Server.count(server) == 2
+  end
+
   test "set_max_connections/2 closes nobody and refuses newcomers over the new limit" do
     {server, port} = start_server()
     {:ok, a} = RakNet.connect("127.0.0.1", port)

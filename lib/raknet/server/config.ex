@@ -58,8 +58,9 @@ defmodule RakNet.Server.Config do
     * `:max_number_of_internal_ids` - internal addresses in the connection-request-accepted
       message at protocol 6 (official RakNet's `MAXIMUM_NUMBER_OF_INTERNAL_IDS`; protocols 10
       and 11 use 20). Default `10`.
-    * `:max_connections` - connections per socket (all its `:endpoint_threads` together);
-      beyond it clients are refused with "no free incoming connections". Default `1024`.
+    * `:max_connections` - connections of the whole server (IPv4 and IPv6 sockets and all
+      their `:endpoint_threads` together); beyond it clients are refused with "no free
+      incoming connections". Default `1024`.
     * `:protocol_versions` - the RakNet protocol versions accepted, the first preferred; other
       clients are refused with their version. Default `[11, 10, 6]`.
     * `:min_mtu` / `:max_mtu` - MTU bounds in bytes, 400..1500. Defaults `400` / `1492`.
@@ -124,8 +125,8 @@ defmodule RakNet.Server.Config do
       handles none of them for `:client_timeout_ms` gets its connection closed as
       `:overloaded`. Default `10_000`; at least 16.
     * `:max_buffered_bytes` - the most bytes of peer data the server buffers for all its
-      connections of a socket together: split messages being reassembled and messages held
-      for ordering behind a gap (each connection also has its own 64 MiB bound). Shared
+      connections together (both sockets): split messages being reassembled and messages
+      held for ordering behind a gap (each connection also has its own 64 MiB bound). Shared
       fairly: each connection is guaranteed `max_buffered_bytes / 2 / max_connections`
       (256 KiB with the defaults, more than a Bedrock login), and only the other half is
       open to connections beyond their share, so a few peers piling data behind gaps cannot
@@ -137,7 +138,7 @@ defmodule RakNet.Server.Config do
     * `:max_pending_bytes` - the same budget in bytes. Default `4_194_304` (4 MiB); at least
       65 536.
     * `:max_send_bytes` - the most bytes the server holds queued or unacknowledged for
-      sending, for all the connections of a socket together (each connection also has its
+      sending, for all the connections of the server together (each connection also has its
       own 64 MiB bound): what players who stop reading can make it hold. Shared as
       `:max_buffered_bytes` is: each connection is guaranteed
       `max_send_bytes / 2 / max_connections` (512 KiB with the defaults), only the other half

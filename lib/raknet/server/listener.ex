@@ -43,7 +43,11 @@ defmodule RakNet.Server.Listener do
       |> Enum.filter(&elem(&1, 0))
       |> Enum.map(&elem(&1, 1))
 
-    case open(config, families, []) do
+    # Both sockets' endpoints share one group in the runtime: one connection limit, one
+    # per-IP count and one pair of memory budgets for the whole server.
+    group = :erlang.unique_integer([:positive])
+
+    case open(config, families, group, []) do
       {:ok, endpoints} ->
         schedule_telemetry(config)
         RakNet.Connection.Registry.register_server(supervisor)
@@ -177,15 +181,16 @@ defmodule RakNet.Server.Listener do
 
   defp ignored_reason(_option), do: "X-Plane's library does not use it either"
 
-  defp open(_config, [], acc), do: {:ok, acc}
+  defp open(_config, [], _group, acc), do: {:ok, acc}
 
-  # Each family's port is served by a group of endpoints, one per thread.
-  defp open(config, [family | rest], acc) do
+  # Each family's port is served by endpoints, one per thread.
+  defp open(config, [family | rest], group, acc) do
     threads = Config.endpoint_threads(config)
+    opts = config |> Config.to_native(family, threads) |> Map.put(:server_group, group)
 
-    case Native.endpoint_start_group(Config.to_native(config, family, threads), self(), threads) do
-      {:ok, group} ->
-        open(config, rest, acc ++ Enum.map(group, &{family, &1}))
+    case Native.endpoint_start_group(opts, self(), threads) do
+      {:ok, endpoints} ->
+        open(config, rest, group, acc ++ Enum.map(endpoints, &{family, &1}))
 
       {:error, reason} ->
         Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint, 0) end)

@@ -33,6 +33,9 @@ pub(crate) struct EndpointOptions {
     /// Sends may be carried out on the caller's scheduler thread while the endpoint's thread
     /// waits (`driver::Shared`); `false` sends everything through the thread.
     pub(crate) inline_sends: bool,
+    /// The endpoints started with one key (a server's IPv4 and IPv6 groups) share one
+    /// `EndpointGroup`: one connection limit, one per-IP count, one pair of budgets.
+    pub(crate) server_group: Option<u64>,
     /// Tests only: every other send finds the socket's buffer "full" (`Udp::fake_full_buffer`).
     pub(crate) send_full_fault: bool,
     pub(crate) config: EndpointConfig,
@@ -255,6 +258,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             (true, true) => raknet_udp::Gso::RefuseFirst,
         },
         inline_sends: opt(map, "inline_sends")?.unwrap_or(true),
+        server_group: opt(map, "server_group")?,
         send_full_fault: opt(map, "send_full_fault")?.unwrap_or(false),
         config,
         budget: crate::resource::DeliveryBudget {

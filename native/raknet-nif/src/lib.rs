@@ -269,6 +269,26 @@ fn guid_table(server_guid: u64) -> Arc<GuidTable> {
     table
 }
 
+/// The group of each server of this VM that listens on more than one socket, by the key its
+/// listener gives every socket (`server_group`); a group goes when its endpoints do.
+static SERVER_GROUPS: Mutex<Vec<(u64, Weak<EndpointGroup>)>> = Mutex::new(Vec::new());
+
+/// The group of the server `key`, or a new one (with `guid`'s GUID table) for its first socket.
+fn server_group(key: u64, guid: u64) -> Arc<EndpointGroup> {
+    let mut groups = SERVER_GROUPS.lock().unwrap_or_else(|p| p.into_inner());
+    groups.retain(|(_, g)| g.strong_count() > 0);
+    if let Some(group) = groups
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, g)| g.upgrade())
+    {
+        return group;
+    }
+    let group = Arc::new(EndpointGroup::sharing_guids(guid_table(guid)));
+    groups.push((key, Arc::downgrade(&group)));
+    group
+}
+
 /// The most endpoint threads one group may have.
 const MAX_GROUP: usize = 1024;
 
@@ -332,10 +352,13 @@ fn start_endpoints<'a>(
     let sockets =
         bind_all(options.bind, options.dual_stack, count).map_err(|e| error(env, io_error(&e)))?;
     let mut config = options.config.clone();
-    // A server's IPv4 and IPv6 groups have one GUID (the Elixir side passes it to both) and
-    // share the table of their clients' GUIDs.
+    // A server's IPv4 and IPv6 sockets have one GUID (the Elixir side passes it to both) and
+    // one group: one connection limit and one table of their clients' GUIDs.
     let guid = *config.guid.get_or_insert_with(convert::seed);
-    let group = Arc::new(EndpointGroup::sharing_guids(guid_table(guid)));
+    let group = match options.server_group {
+        Some(key) => server_group(key, guid),
+        None => Arc::new(EndpointGroup::sharing_guids(guid_table(guid))),
+    };
     let mut started: Vec<ResourceArc<EndpointResource>> = Vec::with_capacity(count);
     for (i, (socket, buffers, pktinfo)) in sockets.into_iter().enumerate() {
         let local = socket.local_addr().map_err(|e| error(env, io_error(&e)))?;
