@@ -597,6 +597,20 @@ defmodule RakNet.Connection do
   def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
 
+  # The server is stopping (its listener waits for this answer, at most a moment): the
+  # handler's handle_shutdown/2 may still send, before every connection is closed after what
+  # is queued.
+  def handle_info({:"$raknet_shutdown", listener, ref}, state) do
+    result =
+      if state.handler != nil and not state.stopping and
+           function_exported?(state.handler, :handle_shutdown, 2),
+         do: state.handler.handle_shutdown(:shutdown, state.client) |> handler_result(state),
+         else: {:noreply, state}
+
+    send(listener, {ref, self()})
+    result
+  end
+
   def handle_info(msg, %{handler: module} = state) when module != nil do
     module.handle_info(msg, state.client) |> handler_result(state)
   end

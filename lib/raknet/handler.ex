@@ -61,7 +61,9 @@ defmodule RakNet.Handler do
      `c:handle_disconnect/2` gets `reason`. Messages from the peer that arrive after the one
      the handler stopped on (in the same datagram or later) are dropped, not delivered.
      `RakNet.Connection.close(conn, reason)` from any process closes the same way.
-  4. **Disconnected** (the peer left, a timeout, a close, the server stopping):
+  4. **Shutdown**: when the server stops, the optional `c:handle_shutdown/2` runs while the
+     connection is still open (a goodbye sent there still goes out).
+  5. **Disconnected** (the peer left, a timeout, a close, the server stopping):
      `c:handle_disconnect/2` runs once with the reason (`:peer_closed`, `:timeout`,
      `:shutdown`, `:overloaded`, the reason given to `close/2`, ... as listed in
      `RakNet.Client`), and the process exits with `{:shutdown, reason}`.
@@ -119,6 +121,26 @@ defmodule RakNet.Handler do
   @doc "The connection ended (see the lifecycle); the return value is ignored."
   @callback handle_disconnect(reason :: term(), state()) :: term()
 
+  @doc """
+  The server is stopping (`RakNet.Server.stop/2`, or its supervisor stopping it): the
+  connection is still open, and what this callback sends goes out before the server closes
+  every connection (after what is queued) — the place for a goodbye ("server restarting in
+  5 minutes") or to save the player. `reason` is `:shutdown`. Then `c:handle_disconnect/2`
+  runs with `:shutdown`, as for any connection the server closes.
+
+  The server waits for every handler's `handle_shutdown/2` at most 1 s (or its stop's
+  timeout, if shorter) before it closes the connections; a handler that is busy longer is
+  closed all the same. Optional: without it the server stops at once. Returning
+  `{:stop, reason, state}` closes this connection now, with `reason`.
+
+      @impl RakNet.Handler
+      def handle_shutdown(_reason, state) do
+        RakNet.Connection.send(self(), :reliable_ordered, <<0x86, "server restarting">>)
+        {:noreply, state}
+      end
+  """
+  @callback handle_shutdown(reason :: :shutdown, state()) :: result()
+
   @doc "A message of the application's own, as `c:GenServer.handle_info/2`."
   @callback handle_info(msg :: term(), state()) :: result()
 
@@ -135,7 +157,7 @@ defmodule RakNet.Handler do
   @doc "Continues after a callback returned `{:continue, term}`, as `c:GenServer.handle_continue/2`."
   @callback handle_continue(continue :: term(), state()) :: result()
 
-  @optional_callbacks handle_continue: 2
+  @optional_callbacks handle_continue: 2, handle_shutdown: 2
 
   defmacro __using__(_opts) do
     quote location: :keep do

@@ -20,6 +20,16 @@ defmodule RakNet.Server do
   `SO_REUSEPORT` socket and protocol engine; the kernel sends a client's datagrams to one of
   them by a hash of its address, and the connection limits are shared between them. Stopping
   the server (or its supervisor) sends every client a disconnection notification first.
+
+  ## While the server stops
+
+  A `RakNet.Handler`'s optional `c:RakNet.Handler.handle_shutdown/2` runs first, while every
+  connection is still open (a goodbye sent there goes out); then the connections close and
+  their disconnect callbacks run. Meanwhile the functions that ask the server's listener
+  (`info/1`, `ban/3`, `unban/2`, `banned/1`, `set_offline_ping_response/2`, `suspend/1`,
+  `resume/1`, `set_max_connections/2`) return `{:error, :stopping}`, also when called from
+  those callbacks, and `stop/2` returns `:ok`; `connections/1`, `lookup/3`, `count/1` and
+  `broadcast/4` read the registry and go on working.
   """
   use Supervisor
 
@@ -135,8 +145,8 @@ defmodule RakNet.Server do
       RakNet.Server.info(server)
       #=> %{ipv4_port: 19132, ipv6_port: 19132, connections: 12, endpoints: [%{port: 19132, ...}, ...]}
   """
-  @spec info(Supervisor.supervisor()) :: info()
-  def info(server), do: GenServer.call(listener(server), :info)
+  @spec info(Supervisor.supervisor()) :: info() | {:error, :stopping}
+  def info(server), do: call(server, :info)
 
   @typedoc """
   A connection as `connections/1` and `lookup/3` describe it: its process (`:pid`, what
@@ -278,7 +288,8 @@ defmodule RakNet.Server do
       :ok = RakNet.Server.ban(server, "2001:db8:42::/48")
       :ok = RakNet.Server.ban(server, {{198, 51, 100, 0}, 24}, 600_000)
   """
-  @spec ban(Supervisor.supervisor(), ban_target(), timeout()) :: :ok | {:error, :einval}
+  @spec ban(Supervisor.supervisor(), ban_target(), timeout()) ::
+          :ok | {:error, :einval | :stopping}
   def ban(server, target, duration_ms \\ :infinity)
       when duration_ms == :infinity or (is_integer(duration_ms) and duration_ms > 0) do
     with {:ok, ip, len} <- ban_target(target) do
@@ -286,7 +297,7 @@ defmodule RakNet.Server do
       duration = if duration_ms == :infinity, do: nil, else: min(duration_ms, @max_u64)
 
       # Each endpoint closes the connections the ban covers itself.
-      GenServer.call(listener(server), {:ban, ban_text(ip, len), duration})
+      call(server, {:ban, ban_text(ip, len), duration})
     end
   end
 
@@ -335,10 +346,10 @@ defmodule RakNet.Server do
       :ok = RakNet.Server.unban(server, {203, 0, 113, 7})
       :ok = RakNet.Server.unban(server, "2001:db8:42::/48")
   """
-  @spec unban(Supervisor.supervisor(), ban_target()) :: :ok | {:error, :einval}
+  @spec unban(Supervisor.supervisor(), ban_target()) :: :ok | {:error, :einval | :stopping}
   def unban(server, target) do
     with {:ok, ip, len} <- ban_target(target) do
-      GenServer.call(listener(server), {:unban, ban_text(ip, len)})
+      call(server, {:unban, ban_text(ip, len)})
     end
   end
 
@@ -349,10 +360,10 @@ defmodule RakNet.Server do
       [{{203, 0, 113, 7}, 59_874}, {{{8193, 3512, 66, 0, 0, 0, 0, 0}, 48}, :infinity}] =
         RakNet.Server.banned(server)
   """
-  @spec banned(Supervisor.supervisor()) :: [
-          {:inet.ip_address() | {:inet.ip_address(), 0..128}, non_neg_integer() | :infinity}
-        ]
-  def banned(server), do: GenServer.call(listener(server), :banned)
+  @spec banned(Supervisor.supervisor()) ::
+          [{:inet.ip_address() | {:inet.ip_address(), 0..128}, non_neg_integer() | :infinity}]
+          | {:error, :stopping}
+  def banned(server), do: call(server, :banned)
 
   defp ip_address(ip) do
     case Config.parse_ip(ip) do
@@ -367,12 +378,14 @@ defmodule RakNet.Server do
   whose pong is larger than `:pong_amplification` times a ping is set, with a warning (see
   `RakNet.Server.Config`).
 
-      :ok = RakNet.Server.set_offline_ping_response(server, "MCPE;My server;594;1.20.0;3;10;...")
+      motd = %RakNet.Bedrock.Motd{motd: "My server", max_players: 10}
+      pong = RakNet.Bedrock.Motd.encode(%{motd | players: RakNet.Server.count(server)})
+      :ok = RakNet.Server.set_offline_ping_response(server, pong)
   """
   @spec set_offline_ping_response(Supervisor.supervisor(), binary()) ::
-          :ok | {:error, :too_large}
+          :ok | {:error, :too_large | :stopping}
   def set_offline_ping_response(server, data) when is_binary(data),
-    do: GenServer.call(listener(server), {:set_offline_ping_response, data})
+    do: call(server, {:set_offline_ping_response, data})
 
   @doc """
   The current Unix time in milliseconds, minus `offset`; X-Plane's `RakNet.Server.timestamp/1`.
@@ -426,8 +439,11 @@ defmodule RakNet.Server do
   end
 
   defp stop_now(server, timeout) do
-    GenServer.call(listener(server), {:stop_wait, timeout})
-    Supervisor.stop(server, :normal, :infinity)
+    case call(server, {:stop_wait, timeout}) do
+      # Another stop is under way.
+      {:error, :stopping} -> :ok
+      _ -> Supervisor.stop(server, :normal, :infinity)
+    end
   end
 
   # The calling process is a connection process of `server` (it keeps its server in its
@@ -443,16 +459,16 @@ defmodule RakNet.Server do
 
       :ok = RakNet.Server.suspend(server)
   """
-  @spec suspend(Supervisor.supervisor()) :: :ok
-  def suspend(server), do: GenServer.call(listener(server), {:suspended, true})
+  @spec suspend(Supervisor.supervisor()) :: :ok | {:error, :stopping}
+  def suspend(server), do: call(server, {:suspended, true})
 
   @doc """
   Accepts new connections again after `suspend/1`.
 
       :ok = RakNet.Server.resume(server)
   """
-  @spec resume(Supervisor.supervisor()) :: :ok
-  def resume(server), do: GenServer.call(listener(server), {:suspended, false})
+  @spec resume(Supervisor.supervisor()) :: :ok | {:error, :stopping}
+  def resume(server), do: call(server, {:suspended, false})
 
   @doc """
   Changes `:max_connections` (the whole server's, both sockets together) at once. A lower
@@ -461,9 +477,9 @@ defmodule RakNet.Server do
 
       :ok = RakNet.Server.set_max_connections(server, 200)
   """
-  @spec set_max_connections(Supervisor.supervisor(), pos_integer()) :: :ok
+  @spec set_max_connections(Supervisor.supervisor(), pos_integer()) :: :ok | {:error, :stopping}
   def set_max_connections(server, max) when is_integer(max) and max > 0,
-    do: GenServer.call(listener(server), {:max_connections, min(max, @max_u32)})
+    do: call(server, {:max_connections, min(max, @max_u32)})
 
   # The server's listener, from the connection registry (ETS) for a server on this node:
   # asking the server's supervisor instead waited until the end of a stop, since a supervisor
@@ -471,12 +487,32 @@ defmodule RakNet.Server do
   # server while it stopped waited there until its connection process was killed, 5 s later).
   # A stopping server fails the call at once. A server of another node, or a node without the
   # registry, is asked as before.
+  # A call to the server's listener; `{:error, :stopping}` while the server stops (from a
+  # handler's handle_shutdown/2 or disconnect callback, say: the listener is busy closing
+  # them, and a call would wait for it or exit).
+  defp call(server, request) do
+    case listener(server) do
+      :stopping -> {:error, :stopping}
+      listener -> GenServer.call(listener, request)
+    end
+  catch
+    :exit, reason ->
+      if stopping?(server), do: {:error, :stopping}, else: exit(reason)
+  end
+
+  defp stopping?(server) do
+    pid = GenServer.whereis(server)
+
+    is_pid(pid) and node(pid) == node() and
+      RakNet.Connection.Registry.listener(pid) == {:ok, :stopping}
+  end
+
   defp listener(server) do
     pid = GenServer.whereis(server)
 
     case is_pid(pid) and node(pid) == node() and RakNet.Connection.Registry.listener(pid) do
       {:ok, :stopping} ->
-        exit({:noproc, {__MODULE__, :listener, [server]}})
+        :stopping
 
       # Its row outlives it until the registry hears of its end.
       {:ok, listener} when is_pid(listener) ->

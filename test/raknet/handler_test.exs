@@ -132,6 +132,47 @@ defmodule RakNet.HandlerTest do
     end
   end
 
+  defmodule Goodbye do
+    # Says goodbye from handle_shutdown/2, and reports what its server answers meanwhile.
+    use RakNet.Handler
+
+    @impl RakNet.Handler
+    def handle_connect(info, test) do
+      send(test, {:connected, self(), info})
+      {:ok, %{test: test, server: info.server}}
+    end
+
+    @impl RakNet.Handler
+    def handle_message(_type, _payload, _transit, state), do: {:noreply, state}
+
+    @impl RakNet.Handler
+    def handle_shutdown(reason, state) do
+      {:ok, nil} = Connection.send(self(), :reliable_ordered, <<0x86, "restarting">>)
+      send(state.test, {:shutdown, self(), reason, RakNet.Server.info(state.server)})
+      {:noreply, state}
+    end
+
+    @impl RakNet.Handler
+    def handle_disconnect(reason, state) do
+      send(state.test, {:disconnected, self(), reason, RakNet.Server.suspend(state.server)})
+    end
+  end
+
+  # There was no place for a goodbye that every way of stopping honours: handle_shutdown/2
+  # runs on the open connection before the server closes it.
+  test "handle_shutdown/2 runs while the connection is open; the stopping server answers {:error, :stopping}" do
+    {server, port} = start_server(Goodbye, restart: :temporary)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:connected, pid, _}, 5_000
+
+    :ok = RakNet.Server.stop(server)
+    assert_receive {:shutdown, ^pid, :shutdown, {:error, :stopping}}, 1_000
+    assert_receive {:disconnected, ^pid, :shutdown, {:error, :stopping}}, 5_000
+    # The goodbye arrived before the disconnection notification.
+    assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+    assert_received {:raknet, ^conn, 0x86, "restarting", _}
+  end
+
   # The stop ends the calling process itself, which waited for it until it was killed.
   test "a handler may stop its own server" do
     {server, port} = start_server(Stopper, restart: :temporary)

@@ -14,6 +14,8 @@ defmodule RakNet.Server.Listener do
   @stop_wait 3_000
   # How long past that the listener waits for its endpoints to say they stopped.
   @stop_margin 1_000
+  # The longest a stop waits for the handlers' handle_shutdown/2.
+  @shutdown_wait 1_000
 
   def start_link(args), do: GenServer.start_link(__MODULE__, args)
 
@@ -360,6 +362,7 @@ defmodule RakNet.Server.Listener do
     # server fail at once from now, rather than wait for a supervisor busy stopping.
     if reason == :shutdown, do: RakNet.Connection.Registry.server_stopping(state.supervisor)
     linger = Map.get(state, :stop_wait, @stop_wait)
+    if reason == :shutdown, do: shutdown_handlers(state, min(linger, @shutdown_wait))
     for {_, endpoint} <- state.endpoints, do: Native.endpoint_stop(endpoint, linger)
 
     # The endpoints' own wait, and a little more for them to close their sockets: once
@@ -377,6 +380,31 @@ defmodule RakNet.Server.Listener do
     end
 
     :ok
+  end
+
+  # The server stops: a RakNet.Handler with handle_shutdown/2 may still send on its open
+  # connection. Each connection process answers once its callback has run; the endpoints
+  # close the connections (after what is queued, goodbyes included) when all have, or after
+  # `wait` ms.
+  defp shutdown_handlers(%{handler: {:handler, module}} = state, wait) do
+    if function_exported?(module, :handle_shutdown, 2) do
+      ref = make_ref()
+      pids = for {pid, _conn} <- RakNet.Connection.Registry.handles(state.supervisor), do: pid
+      for pid <- pids, do: send(pid, {:"$raknet_shutdown", self(), ref})
+      await_handlers(MapSet.new(pids), ref, System.monotonic_time(:millisecond) + wait)
+    end
+  end
+
+  defp shutdown_handlers(_state, _wait), do: :ok
+
+  defp await_handlers(pids, ref, deadline) do
+    if MapSet.size(pids) > 0 do
+      receive do
+        {^ref, pid} -> await_handlers(MapSet.delete(pids, pid), ref, deadline)
+      after
+        max(deadline - System.monotonic_time(:millisecond), 0) -> :ok
+      end
+    end
   end
 
   # Per address family, the info of its endpoint threads added up. An endpoint that cannot
