@@ -85,13 +85,19 @@ defmodule RakNet.Native do
   def endpoint_unban(_endpoint, _ip), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  @spec endpoint_ban_guid(reference(), non_neg_integer(), boolean(), non_neg_integer() | nil) ::
+          :ok | {:error, :closed}
+  def endpoint_ban_guid(_endpoint, _guid, _ban, _duration_ms),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   # The engine's key of a ban (what `endpoint_banned/1` lists it as).
   @spec ban_key(binary()) :: {:ok, binary()} | {:error, :einval}
   def ban_key(_ip), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec endpoint_banned(reference()) ::
-          [{binary(), non_neg_integer() | nil}] | {:error, :closed}
+          [{binary() | {:guid, non_neg_integer()}, non_neg_integer() | nil}] | {:error, :closed}
   def endpoint_banned(_endpoint), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

@@ -283,29 +283,50 @@ defmodule RakNet.Server do
   a provider's IPv6 /48 or /56 (a free tunnel broker hands out a /48: 65,536 /64s), an IPv4
   /24. An IPv6 prefix longer than 64 bits bans its /64.
 
+  `{:guid, guid}` bans a client by the 64-bit GUID it sends in its handshake, from any
+  address: it is refused with "connection banned" and its connection is closed. A GUID is
+  the client's own choice: this keeps out a known client (a player who moved to another
+  address), not an attacker, who draws another.
+
       :ok = RakNet.Server.ban(server, {203, 0, 113, 7}, 60_000)
       :ok = RakNet.Server.ban(server, "2001:db8::1")
       :ok = RakNet.Server.ban(server, "2001:db8:42::/48")
       :ok = RakNet.Server.ban(server, {{198, 51, 100, 0}, 24}, 600_000)
+      :ok = RakNet.Server.ban(server, {:guid, 0x1234_5678_9ABC_DEF0}, 3_600_000)
   """
   @spec ban(Supervisor.supervisor(), ban_target(), timeout()) ::
           :ok | {:error, :einval | :stopping}
   def ban(server, target, duration_ms \\ :infinity)
       when duration_ms == :infinity or (is_integer(duration_ms) and duration_ms > 0) do
-    with {:ok, ip, len} <- ban_target(target) do
+    with {:ok, ban} <- ban_spec(target) do
       # Beyond what the runtime takes (u64 ms) is as good as forever.
       duration = if duration_ms == :infinity, do: nil, else: min(duration_ms, @max_u64)
 
       # Each endpoint closes the connections the ban covers itself.
-      call(server, {:ban, ban_text(ip, len), duration})
+      call(server, {:ban, ban, duration})
     end
   end
 
-  @typedoc "What `ban/3` and `unban/2` take: an address, or a network and its prefix length."
+  @typedoc """
+  What `ban/3` and `unban/2` take: an address, a network and its prefix length, or a client
+  GUID.
+  """
   @type ban_target ::
           :inet.ip_address()
           | String.t()
           | {:inet.ip_address() | String.t(), 0..128}
+          | {:guid, non_neg_integer()}
+
+  # What the listener is given: a network's text (`"203.0.113.0/24"`) or `{:guid, guid}`.
+  @doc false
+  def ban_spec({:guid, guid}) when is_integer(guid) and guid >= 0 and guid <= @max_u64,
+    do: {:ok, {:guid, guid}}
+
+  def ban_spec({:guid, _}), do: {:error, :einval}
+
+  def ban_spec(target) do
+    with {:ok, ip, len} <- ban_target(target), do: {:ok, ban_text(ip, len)}
+  end
 
   @doc false
   # The address and prefix length (nil: the host's) of what `ban/3` takes.
@@ -340,22 +361,21 @@ defmodule RakNet.Server do
   defp ban_text(ip, len), do: ban_text(ip, nil) <> "/#{len}"
 
   @doc """
-  Lifts a ban of `ban/3`, given as it was banned (an address, whose /64 for IPv6, or a
-  network); unbanning what is not banned is `:ok`.
+  Lifts a ban of `ban/3`, given as it was banned (an address, whose /64 for IPv6, a
+  network, or `{:guid, guid}`); unbanning what is not banned is `:ok`.
 
       :ok = RakNet.Server.unban(server, {203, 0, 113, 7})
       :ok = RakNet.Server.unban(server, "2001:db8:42::/48")
   """
   @spec unban(Supervisor.supervisor(), ban_target()) :: :ok | {:error, :einval | :stopping}
   def unban(server, target) do
-    with {:ok, ip, len} <- ban_target(target) do
-      call(server, {:unban, ban_text(ip, len)})
-    end
+    with {:ok, ban} <- ban_spec(target), do: call(server, {:unban, ban})
   end
 
   @doc """
   The bans, with the milliseconds left (or `:infinity`): an address (an IPv6 /64 as its
-  first address) for a ban of an address, `{network, prefix_length}` for a network's.
+  first address) for a ban of an address, `{network, prefix_length}` for a network's,
+  `{:guid, guid}` for a client GUID's.
 
       [{{203, 0, 113, 7}, 59_874}, {{{8193, 3512, 66, 0, 0, 0, 0, 0}, 48}, :infinity}] =
         RakNet.Server.banned(server)

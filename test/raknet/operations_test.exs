@@ -29,6 +29,45 @@ defmodule RakNet.OperationsTest do
     assert RakNet.Server.info(server).connections == 2
   end
 
+  test "bans given at start are in force from the first handshake, and lifted like any" do
+    {server, port} = start_server(bans: ["127.0.0.1", {:guid, 42}, "2001:db8::/48"])
+    assert {:error, :banned} = RakNet.connect("127.0.0.1", port)
+
+    assert %{{127, 0, 0, 1} => :infinity, {:guid, 42} => :infinity} =
+             bans = Map.new(RakNet.Server.banned(server))
+
+    assert bans[{{0x2001, 0xDB8, 0, 0, 0, 0, 0, 0}, 48}] == :infinity
+
+    :ok = RakNet.Server.unban(server, "127.0.0.1")
+    assert {:ok, _} = RakNet.connect("127.0.0.1", port)
+
+    assert_raise ArgumentError, ~r/:bans must be a list of addresses/, fn ->
+      RakNet.Server.Config.new(EchoClient, 0, bans: ["not an address"])
+    end
+  end
+
+  # There was no ban by GUID: a player who moved to another address came back.
+  test "a GUID ban closes that client's connection, from any address, and is listed" do
+    {server, port} = start_server()
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    {:ok, other} = RakNet.connect("127.0.0.1", port)
+    for _ <- 1..2, do: assert_receive({:client_new, _}, 5_000)
+    {:ok, %{local_address: local}} = Connection.info(conn)
+    {:ok, %{guid: guid}} = RakNet.Server.lookup(server, :address, local)
+
+    :ok = RakNet.Server.ban(server, {:guid, guid}, 60_000)
+    assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+    assert [{{:guid, ^guid}, left}] = RakNet.Server.banned(server)
+    assert left <= 60_000
+    # The other client (another GUID, the same address) stays.
+    {:ok, nil} = Connection.send(other, :reliable_ordered, <<0x86, "still">>)
+    assert_receive {:raknet, ^other, 0x86, "still", _}, 5_000
+
+    :ok = RakNet.Server.unban(server, {:guid, guid})
+    assert [] = RakNet.Server.banned(server)
+    assert {:error, :einval} = RakNet.Server.ban(server, {:guid, -1})
+  end
+
   # It was per socket: a dual-stack server admitted twice its limit.
   test ":max_connections is the whole server's, IPv4 and IPv6 together" do
     {server, port} = start_server(max_connections: 1, open_ipv6_socket: true)

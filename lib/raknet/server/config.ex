@@ -159,6 +159,10 @@ defmodule RakNet.Server.Config do
       should lower it: a peer's message is also what its handler decodes, and a decoded
       list can take many times its bytes (see `RakNet.Packet.Type`). Default `33_554_432`
       (32 MiB); at least 1 024.
+    * `:bans` - bans in force from the start, until lifted (a block list loaded at boot):
+      what `RakNet.Server.ban/3` takes, an address, a network (`"2001:db8::/48"`,
+      `{{198, 51, 100, 0}, 24}`) or `{:guid, guid}`. Kept across restarts of the listener
+      with the bans made later. Default `[]`.
     * `:telemetry_interval_ms` - how often the server emits its `[:raknet, :server, :stats]`
       telemetry event (and `:refused` / `:limited`), see `RakNet.Telemetry`; `nil` never.
       Only when the `:telemetry` module is available. Default `1_000`; at least 100.
@@ -241,6 +245,7 @@ defmodule RakNet.Server.Config do
           | {:endpoint_threads, 1..1024 | nil}
           | {:batch_delivery, boolean()}
           | {:inline_sends, boolean()}
+          | {:bans, [RakNet.Server.ban_target()]}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -287,6 +292,7 @@ defmodule RakNet.Server.Config do
             endpoint_threads: nil,
             batch_delivery: true,
             inline_sends: true,
+            bans: [],
             ignored_options: [],
             # :ip given (not loopback) without :ipv6_ip: the IPv6 socket takes every interface.
             ipv6_unrestricted: false
@@ -541,6 +547,19 @@ defmodule RakNet.Server.Config do
         value == nil or (is_integer(value) and value > 0 and value <= 4_294_967_295),
         "nil or a positive integer (at most 2^32 - 1)"
       )
+
+  # Kept as the listener passes them on: a network's text or {:guid, guid}.
+  defp validate(:bans, bans) when is_list(bans) do
+    Enum.map(bans, fn target ->
+      case RakNet.Server.ban_spec(target) do
+        {:ok, ban} -> ban
+        {:error, _} -> check(:bans, bans, false, "a list of addresses, networks or {:guid, guid}")
+      end
+    end)
+  end
+
+  defp validate(:bans, bans),
+    do: check(:bans, bans, false, "a list of addresses, networks or {:guid, guid}")
 
   defp validate(:telemetry_interval_ms, value),
     do:

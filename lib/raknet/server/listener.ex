@@ -28,7 +28,7 @@ defmodule RakNet.Server.Listener do
 
     # A listener that restarts opens its sockets with what the operator changed since the
     # server started (the rest, bans and suspension, right after).
-    overrides = RakNet.Connection.Registry.overrides(supervisor)
+    overrides = seed_bans(RakNet.Connection.Registry.overrides(supervisor), config, supervisor)
 
     config = %{
       config
@@ -79,6 +79,17 @@ defmodule RakNet.Server.Listener do
     RakNet.Connection.Registry.put_overrides(state.supervisor, fun.(overrides))
   end
 
+  # The `:bans` option, on the server's first start: from then on they are the operator's
+  # bans like any other (an unban lifts one for good, also across a restart).
+  defp seed_bans(%{bans: _} = overrides, _config, _supervisor), do: overrides
+
+  defp seed_bans(overrides, config, supervisor) do
+    bans = Map.new(config.bans, &{ban_key(&1), {&1, :infinity}})
+    overrides = Map.put(overrides, :bans, bans)
+    RakNet.Connection.Registry.put_overrides(supervisor, overrides)
+    overrides
+  end
+
   defp reapply(state, overrides) do
     for {_, ep} <- state.endpoints do
       if Map.get(overrides, :suspended), do: Native.endpoint_set_suspended(ep, true)
@@ -90,10 +101,10 @@ defmodule RakNet.Server.Listener do
 
       now = now_ms()
 
-      for {_key, {ip, until}} <- Map.get(overrides, :bans, %{}) do
+      for {_key, {ban, until}} <- Map.get(overrides, :bans, %{}) do
         case until do
-          :infinity -> Native.endpoint_ban(ep, ip, nil)
-          until when until > now -> Native.endpoint_ban(ep, ip, until - now)
+          :infinity -> native_ban(ep, ban, nil)
+          until when until > now -> native_ban(ep, ban, until - now)
           _expired -> :ok
         end
       end
@@ -121,8 +132,19 @@ defmodule RakNet.Server.Listener do
     Map.put(overrides, :bans, bans)
   end
 
+  # A ban of a network (its text) or of a client GUID, in each endpoint.
+  defp native_ban(ep, {:guid, guid}, duration),
+    do: Native.endpoint_ban_guid(ep, guid, true, duration)
+
+  defp native_ban(ep, text, duration), do: Native.endpoint_ban(ep, text, duration)
+
+  defp native_unban(ep, {:guid, guid}), do: Native.endpoint_ban_guid(ep, guid, false, nil)
+  defp native_unban(ep, text), do: Native.endpoint_unban(ep, text)
+
   # The engine's key: one ban however it was written (an IPv6 address for its /64, an
   # IPv4-mapped address for its IPv4 one).
+  defp ban_key({:guid, _} = guid), do: guid
+
   defp ban_key(text) do
     case Native.ban_key(text) do
       {:ok, key} -> key
@@ -248,15 +270,15 @@ defmodule RakNet.Server.Listener do
     {:reply, :ok, %{state | config: %{state.config | max_connections: max}}}
   end
 
-  def handle_call({:ban, ip, duration}, _from, state) do
+  def handle_call({:ban, ban, duration}, _from, state) do
     until = if duration, do: now_ms() + duration, else: :infinity
-    remember(state, &save_ban(&1, ban_key(ip), {ip, until}))
-    {:reply, each_endpoint(state, &Native.endpoint_ban(&1, ip, duration)), state}
+    remember(state, &save_ban(&1, ban_key(ban), {ban, until}))
+    {:reply, each_endpoint(state, &native_ban(&1, ban, duration)), state}
   end
 
-  def handle_call({:unban, ip}, _from, state) do
-    remember(state, &save_ban(&1, ban_key(ip), nil))
-    {:reply, each_endpoint(state, &Native.endpoint_unban(&1, ip)), state}
+  def handle_call({:unban, ban}, _from, state) do
+    remember(state, &save_ban(&1, ban_key(ban), nil))
+    {:reply, each_endpoint(state, &native_unban(&1, ban)), state}
   end
 
   def handle_call(:banned, _from, state) do
@@ -268,14 +290,18 @@ defmodule RakNet.Server.Listener do
           {:error, _} -> []
         end
       end)
-      |> Enum.flat_map(fn {text, left} ->
-        left = if left, do: left, else: :infinity
+      |> Enum.flat_map(fn
+        {{:guid, _} = guid, left} ->
+          [{guid, left || :infinity}]
 
-        case RakNet.Server.ban_target(text) do
-          {:ok, ip, nil} -> [{ip, left}]
-          {:ok, ip, len} -> [{{ip, len}, left}]
-          {:error, _} -> []
-        end
+        {text, left} ->
+          left = if left, do: left, else: :infinity
+
+          case RakNet.Server.ban_target(text) do
+            {:ok, ip, nil} -> [{ip, left}]
+            {:ok, ip, len} -> [{{ip, len}, left}]
+            {:error, _} -> []
+          end
       end)
       |> Enum.uniq_by(&elem(&1, 0))
 

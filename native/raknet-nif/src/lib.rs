@@ -543,6 +543,29 @@ fn endpoint_unban<'a>(
     }
 }
 
+/// Ban (`duration_ms` nil: until lifted) or, with `ban: false`, unban a client GUID.
+#[rustler::nif]
+fn endpoint_ban_guid<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    guid: u64,
+    ban: bool,
+    duration_ms: Option<u64>,
+) -> Term<'a> {
+    let command = if ban {
+        Command::BanGuid {
+            guid,
+            duration: duration_ms.map(Duration::from_millis),
+        }
+    } else {
+        Command::UnbanGuid(guid)
+    };
+    match endpoint.tx.send(command) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
 /// Waits (at most a second) for the endpoint thread's answer, hence the dirty scheduler.
 #[rustler::nif(schedule = "DirtyIo")]
 fn endpoint_banned(env: Env<'_>, endpoint: ResourceArc<EndpointResource>) -> Term<'_> {

@@ -324,6 +324,12 @@ pub(crate) enum Command {
         ip: IpAddr,
         prefix: Option<u8>,
     },
+    /// Ban a client GUID for a while (`None`: until unbanned).
+    BanGuid {
+        guid: u64,
+        duration: Option<Duration>,
+    },
+    UnbanGuid(u64),
     /// Answer with the list of bans, built in the given env (for the dirty NIF).
     Banned {
         reply: SyncSender<Option<(OwnedEnv, SavedTerm)>>,

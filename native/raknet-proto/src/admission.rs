@@ -373,6 +373,50 @@ impl NetworkCounts {
     }
 }
 
+/// Bans of peers by GUID (the 8 bytes a RakNet client sends in its OCR2 and 0x09), each
+/// with its end in the endpoint's milliseconds (`None`: until lifted). A GUID is the
+/// client's own choice, so this stops a known client (a cheat build, a player who moved to
+/// another address), not an attacker, who draws a new one.
+#[derive(Debug, Default)]
+pub(crate) struct GuidBans(HashMap<u64, Option<u64>>);
+
+impl GuidBans {
+    /// Heap bytes held (see [`crate::memory`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        crate::memory::map(&self.0)
+    }
+
+    pub(crate) fn ban(&mut self, guid: u64, until_ms: Option<u64>) {
+        self.0.insert(guid, until_ms);
+    }
+
+    pub(crate) fn unban(&mut self, guid: u64) {
+        self.0.remove(&guid);
+    }
+
+    /// Whether `guid` is banned at `now_ms`; an expired ban met here is dropped.
+    pub(crate) fn is_banned(&mut self, guid: u64, now_ms: u64) -> bool {
+        match self.0.get(&guid) {
+            None => false,
+            Some(None) => true,
+            Some(Some(until)) if *until > now_ms => true,
+            Some(Some(_)) => {
+                self.0.remove(&guid);
+                false
+            }
+        }
+    }
+
+    /// The active bans with the milliseconds left (`None`: until lifted).
+    pub(crate) fn list(&mut self, now_ms: u64) -> Vec<(u64, Option<u64>)> {
+        self.0.retain(|_, until| until.is_none_or(|t| t > now_ms));
+        self.0
+            .iter()
+            .map(|(g, until)| (*g, until.map(|t| t - now_ms)))
+            .collect()
+    }
+}
+
 /// Banned networks, each until a deadline (milliseconds on the endpoint clock) or forever:
 /// an IPv4 address or prefix (`/24`), an IPv6 prefix of at most 64 bits (a longer one is
 /// taken as its /64, the network one subscriber gets). The operator fills it, not peers;

@@ -244,6 +244,44 @@ fn handshake_refused_when_banned() {
     assert_eq!(failure(&p.client_events), Some(ConnectError::Banned));
 }
 
+/// A GUID ban closes that client's connection, refuses its next attempt with 0x17 from any
+/// address, and is lifted by `unban_guid`; other GUIDs from the same address get in.
+#[test]
+fn a_guid_ban_closes_and_refuses_that_client_only() {
+    let mut p = Pair::new(27, cfg(), cfg(), LinkConfig::default());
+    let (c, _s) = p.connect();
+    let guid = p.client.guid();
+    p.server
+        .ban_guid(p.now, guid, Some(Duration::from_secs(60)));
+    assert!(p.drive_until(Duration::from_secs(5), |p| {
+        p.server.stats().connections == 0 && !p.client.is_connected(c)
+    }));
+    let left = p.server.banned_guids(p.now);
+    assert!(matches!(left[..], [(g, Some(d))] if g == guid && d <= Duration::from_secs(60)));
+
+    p.client_events.clear();
+    p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(
+        p.drive_until(Duration::from_secs(5), |p| failure(&p.client_events)
+            .is_some())
+    );
+    assert_eq!(failure(&p.client_events), Some(ConnectError::Banned));
+
+    p.server.unban_guid(guid);
+    assert!(p.server.banned_guids(p.now).is_empty());
+    p.client_events.clear();
+    p.client.connect(p.now, p.server_addr).unwrap();
+    assert!(p.drive_until(Duration::from_secs(5), |p| p
+        .client_events
+        .iter()
+        .any(|e| matches!(e, Event::Connected { .. }))));
+
+    // Banned again: another client of the same IP is not that GUID, and gets in.
+    p.server.ban_guid(p.now, guid, None);
+    assert_eq!(connect_another(&mut p, 40005), None);
+    assert_ne!(p.client.guid(), guid);
+}
+
 /// A ban closes the connections it covers (a network's too), and only those; the peer is
 /// sent 0x15 (its acknowledgement is dropped with everything else from the banned network,
 /// so the server's side ends after its linger).

@@ -488,17 +488,22 @@ impl Driver {
                 duration,
             } => self.endpoint.ban_prefix(now, ip, prefix, duration),
             Command::Unban { ip, prefix } => self.endpoint.unban_prefix(ip, prefix),
+            Command::BanGuid { guid, duration } => self.endpoint.ban_guid(now, guid, duration),
+            Command::UnbanGuid(guid) => self.endpoint.unban_guid(guid),
             Command::Banned { reply } => {
                 let env = OwnedEnv::new();
                 let bans = self.endpoint.banned(now);
+                let guids = self.endpoint.banned_guids(now);
+                let ms = |left: &Option<Duration>| left.map(|d| d.as_millis() as u64);
                 let saved = env.save(env.run(|env| {
-                    bans.iter()
-                        .map(|(ip, len, left)| {
-                            let left = left.map(|d| d.as_millis() as u64);
-                            (crate::ban_text(*ip, *len), left).encode(env)
-                        })
-                        .collect::<Vec<_>>()
-                        .encode(env)
+                    // A network's ban as its text, a GUID's as `{:guid, guid}`.
+                    let networks = bans
+                        .iter()
+                        .map(|(ip, len, left)| (crate::ban_text(*ip, *len), ms(left)).encode(env));
+                    let guids = guids
+                        .iter()
+                        .map(|(guid, left)| ((atoms::guid(), *guid), ms(left)).encode(env));
+                    networks.chain(guids).collect::<Vec<_>>().encode(env)
                 }));
                 let _ = reply.try_send(Some((env, saved)));
             }

@@ -150,8 +150,10 @@ impl Endpoint {
         let reserved = self.handshake.establish(from);
         // Claimed now, given back below if refused: two endpoints of the group never both
         // accept one GUID.
-        let duplicate =
-            self.by_guid.contains_key(&acc.guid) || !self.group.claim_guid(acc.guid, from);
+        // A GUID banned since its OCR2 (or one the 0x09 changed to) is refused as a duplicate.
+        let duplicate = self.guid_bans.is_banned(acc.guid, self.ms(now))
+            || self.by_guid.contains_key(&acc.guid)
+            || !self.group.claim_guid(acc.guid, from);
         let unproven = !(acc.proven || acc.echoed);
         let admission = &self.config.admission;
         let unproven_full = unproven
@@ -286,6 +288,18 @@ impl Endpoint {
         len: usize,
     ) {
         let guid = self.guid;
+        if self.guid_bans.is_banned(req.client_guid, now_ms) {
+            self.stats.banned += 1;
+            if self.banned_reply_budget.take(
+                now_ms,
+                1,
+                BANNED_REPLIES_PER_SEC,
+                BANNED_REPLIES_PER_SEC,
+            ) {
+                self.queue_offline(from, &ConnectionBanned { server_guid: guid });
+            }
+            return;
+        }
         if self.by_addr.contains_key(&from)
             || self.by_guid.contains_key(&req.client_guid)
             || self.group.guid_taken(req.client_guid, from)

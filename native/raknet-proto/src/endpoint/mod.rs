@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::addr;
-use crate::admission::{Bans, IpRates, NetworkCounts, TokenBucket};
+use crate::admission::{Bans, GuidBans, IpRates, NetworkCounts, TokenBucket};
 use crate::codec::Encode;
 use crate::config::{CongestionControl, EndpointConfig};
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
@@ -219,6 +219,7 @@ pub struct Endpoint {
     /// 0x17 replies to banned sources, [`BANNED_REPLIES_PER_SEC`] a second at most.
     banned_reply_budget: TokenBucket,
     bans: Bans,
+    guid_bans: GuidBans,
     stats: EndpointStats,
     /// Bytes of peer data all connections buffer (reassembly and ordering holds).
     buffered: Arc<AtomicUsize>,
@@ -273,6 +274,7 @@ impl Endpoint {
             known_pong_budget: TokenBucket::full(pong_bytes, 0),
             banned_reply_budget: TokenBucket::full(BANNED_REPLIES_PER_SEC, 0),
             bans: Bans::default(),
+            guid_bans: GuidBans::default(),
             stats: EndpointStats::default(),
             suspended: false,
             unproven: NetworkCounts::default(),
@@ -329,6 +331,7 @@ impl Endpoint {
         usage.admission = self.new_conn_rates.heap_bytes()
             + self.pong_rates.heap_bytes()
             + self.bans.heap_bytes()
+            + self.guid_bans.heap_bytes()
             + self.unproven.heap_bytes();
         let offline: usize = self.offline_out.iter().map(|(_, d)| d.capacity()).sum();
         usage.endpoint_queues = deque(&self.offline_out) + offline + deque(&self.events);
@@ -484,6 +487,34 @@ impl Endpoint {
     /// Lift a ban of [`Endpoint::ban_prefix`].
     pub fn unban_prefix(&mut self, ip: IpAddr, len: Option<u8>) {
         self.bans.unban(ip, len);
+    }
+
+    /// Refuse the client whose GUID is `guid` for `duration` (`None`: until
+    /// [`Endpoint::unban_guid`]), from whatever address: its connection attempts are answered
+    /// with 0x17 at its OCR2, and its connection, if it has one, is closed (its peer is sent
+    /// 0x15). A GUID is the client's choice: this keeps a known client out, not an attacker.
+    pub fn ban_guid(&mut self, now: Instant, guid: u64, duration: Option<Duration>) {
+        let now_ms = self.ms(now);
+        let until = duration.map(|d| now_ms.saturating_add(d.as_millis() as u64));
+        self.guid_bans.ban(guid, until);
+        if let Some(&id) = self.by_guid.get(&guid) {
+            self.close(now, id);
+        }
+    }
+
+    /// Lift a ban of [`Endpoint::ban_guid`].
+    pub fn unban_guid(&mut self, guid: u64) {
+        self.guid_bans.unban(guid);
+    }
+
+    /// Every active GUID ban with how long it has left (`None`: until lifted).
+    pub fn banned_guids(&mut self, now: Instant) -> Vec<(u64, Option<Duration>)> {
+        let now_ms = self.ms(now);
+        self.guid_bans
+            .list(now_ms)
+            .into_iter()
+            .map(|(guid, left)| (guid, left.map(Duration::from_millis)))
+            .collect()
     }
 
     /// Every active ban: the network, its prefix length (32 for an IPv4 address, 64 for an
