@@ -27,10 +27,17 @@ defmodule EchoServer.Motd do
 
   # The ports a Bedrock client joins on (IPv4, IPv6) are part of the MOTD.
   def motd(players, {port4, port6}) do
-    text =
-      "MCPE;raknet echo server;527;1.19.1;#{players};100;0;raknet;Survival;1;#{port4};#{port6};"
-
-    <<byte_size(text)::16, text::binary>>
+    RakNet.Bedrock.Motd.encode(
+      motd: "raknet echo server",
+      protocol: 527,
+      version: "1.19.1",
+      players: players,
+      max_players: 100,
+      server_guid: 0,
+      sub_motd: "raknet",
+      port_v4: port4,
+      port_v6: port6
+    )
   end
 end
 

@@ -94,8 +94,9 @@ defmodule RakNet.Ping do
   end
 
   @doc """
-  Parses a Bedrock MOTD pong payload (u16 length, then `;`-separated fields); `nil` when the
-  payload is not one.
+  Parses a Bedrock MOTD pong payload (see `RakNet.Bedrock.Motd.fields/1`) into the strings
+  sent, `""` for fields not sent; `nil` when the payload is not one.
+  `RakNet.Bedrock.Motd.decode/1` reads the numbers as integers.
 
       iex> RakNet.Ping.parse_motd(<<0, 15, "MCPE;a;1;v;2;3;">>).players_online
       "2"
@@ -103,14 +104,10 @@ defmodule RakNet.Ping do
       nil
   """
   @spec parse_motd(binary()) :: motd() | nil
-  def parse_motd(<<len::16, text::binary-size(len), _::binary>>) do
-    with true <- String.valid?(text),
-         [edition | _] = fields when edition in ["MCPE", "MCEE"] <- String.split(text, ";"),
-         true <- length(fields) >= 6 do
-      padded = fields ++ List.duplicate("", length(@motd_fields))
-      @motd_fields |> Enum.zip(padded) |> Map.new()
-    else
-      _ -> nil
+  def parse_motd(data) when is_binary(data) do
+    case RakNet.Bedrock.Motd.fields(data) do
+      {:ok, fields} -> @motd_fields |> Enum.zip(Enum.map(fields, &(&1 || ""))) |> Map.new()
+      {:error, _} -> nil
     end
   end
 
