@@ -148,6 +148,48 @@ defmodule RakNet.TelemetryTest do
     Process.exit(pid, :kill)
   end
 
+  # There was no way to refuse a connection (by address, GUID, protocol) before its
+  # process started.
+  test "the :accept check refuses a connection before its process starts" do
+    test = self()
+    key = {__MODULE__, make_ref()}
+    :persistent_term.put(key, false)
+    on_exit(fn -> :persistent_term.erase(key) end)
+
+    accept = fn info ->
+      send(test, {:accept?, info})
+      if :persistent_term.get(key), do: :ok, else: {:refuse, :maintenance}
+    end
+
+    {server, port} = start_server(accept: accept)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:accept?, %{address: {{127, 0, 0, 1}, _}, guid: _, protocol: 11}}, 5_000
+    assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+
+    assert_receive {:telemetry, [:raknet, :server, :refused], %{count: 1},
+                    %{server: ^server, reason: :rejected, family: :inet}},
+                   5_000
+
+    refute_received {:client_new, _}
+    assert RakNet.Server.count(server) == 0
+
+    :persistent_term.put(key, true)
+    {:ok, _conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, _}, 5_000
+  end
+
+  @tag :capture_log
+  test "an :accept check that crashes or answers nonsense refuses, and is logged" do
+    {_server, port} = start_server(accept: fn _ -> :yes end)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+    refute_received {:client_new, _}
+
+    assert_raise ArgumentError, ~r/:accept must be nil, a function of one argument/, fn ->
+      RakNet.Server.Config.new(EchoClient, 0, accept: :yes)
+    end
+  end
+
   test "refused connections are counted by reason" do
     {server, port} = start_server(max_connections: 1)
     {:ok, _conn} = RakNet.connect("127.0.0.1", port)

@@ -159,6 +159,16 @@ defmodule RakNet.Server.Config do
       should lower it: a peer's message is also what its handler decodes, and a decoded
       list can take many times its bytes (see `RakNet.Packet.Type`). Default `33_554_432`
       (32 MiB); at least 1 024.
+    * `:accept` - a check of every new connection before its process starts: a function of
+      one argument, or `{module, function, args}` (called with the info first), given the
+      connection's `%{address: {ip, port}, guid:, protocol:, mtu:}`, returning `:ok` or
+      `{:refuse, reason}`. A refused connection is closed at once (the client sees its
+      connect succeed and then a disconnection: RakNet has no message to refuse a finished
+      handshake with), no process is started, and a `[:raknet, :server, :refused]` event
+      with reason `:rejected` is emitted. It runs in the server's listener, which accepts
+      every connection: keep it quick (an ETS look-up, not a database query); a crash or any
+      other return refuses the connection and is logged. Default `nil`: every connection
+      that completes the handshake is accepted.
     * `:bans` - bans in force from the start, until lifted (a block list loaded at boot):
       what `RakNet.Server.ban/3` takes, an address, a network (`"2001:db8::/48"`,
       `{{198, 51, 100, 0}, 24}`) or `{:guid, guid}`. Kept across restarts of the listener
@@ -246,6 +256,7 @@ defmodule RakNet.Server.Config do
           | {:batch_delivery, boolean()}
           | {:inline_sends, boolean()}
           | {:bans, [RakNet.Server.ban_target()]}
+          | {:accept, nil | (map() -> :ok | {:refuse, term()}) | {module(), atom(), list()}}
 
   @enforce_keys [:client_module, :port]
   defstruct client_module: nil,
@@ -293,6 +304,7 @@ defmodule RakNet.Server.Config do
             batch_delivery: true,
             inline_sends: true,
             bans: [],
+            accept: nil,
             ignored_options: [],
             # :ip given (not loopback) without :ipv6_ip: the IPv6 socket takes every interface.
             ipv6_unrestricted: false
@@ -546,6 +558,16 @@ defmodule RakNet.Server.Config do
         value,
         value == nil or (is_integer(value) and value > 0 and value <= 4_294_967_295),
         "nil or a positive integer (at most 2^32 - 1)"
+      )
+
+  defp validate(:accept, value),
+    do:
+      check(
+        :accept,
+        value,
+        value == nil or is_function(value, 1) or
+          match?({m, f, a} when is_atom(m) and is_atom(f) and is_list(a), value),
+        "nil, a function of one argument or {module, function, args}"
       )
 
   # Kept as the listener passes them on: a network's text or {:guid, guid}.

@@ -309,21 +309,10 @@ defmodule RakNet.Server.Listener do
   end
 
   @impl GenServer
-  def handle_info({:raknet_endpoint, _endpoint, :connected, conn, info}, state) do
-    config = state.config
-
-    args = {:accepted, conn, state.handler, config.client_data, state.supervisor, info}
-
-    case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
-      {:ok, _pid} ->
-        :ok
-
-      :ignore ->
-        :ok
-
-      {:error, reason} ->
-        Logger.warning("raknet: could not start a connection process: #{inspect(reason)}")
-        Native.conn_close(conn)
+  def handle_info({:raknet_endpoint, endpoint, :connected, conn, info}, state) do
+    case accept(state.config.accept, info) do
+      :ok -> start_connection(conn, info, state)
+      {:refuse, reason} -> reject(conn, endpoint, reason, state)
     end
 
     {:noreply, state}
@@ -431,6 +420,62 @@ defmodule RakNet.Server.Listener do
         max(deadline - System.monotonic_time(:millisecond), 0) -> :ok
       end
     end
+  end
+
+  defp start_connection(conn, info, state) do
+    args = {:accepted, conn, state.handler, state.config.client_data, state.supervisor, info}
+
+    case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
+      {:ok, _pid} ->
+        :ok
+
+      :ignore ->
+        :ok
+
+      {:error, reason} ->
+        Logger.warning("raknet: could not start a connection process: #{inspect(reason)}")
+        Native.conn_close(conn)
+    end
+  end
+
+  # The `:accept` option's verdict on a new connection; anything but :ok or {:refuse, _},
+  # a crash included, refuses it (and is logged).
+  defp accept(nil, _info), do: :ok
+
+  defp accept(check, info) do
+    result =
+      case check do
+        fun when is_function(fun, 1) -> fun.(info)
+        {m, f, a} -> apply(m, f, [info | a])
+      end
+
+    case result do
+      :ok -> :ok
+      {:refuse, _reason} = refuse -> refuse
+      other -> bad_verdict(info, "returned #{inspect(other)}")
+    end
+  catch
+    kind, reason ->
+      bad_verdict(info, "failed: " <> Exception.format(kind, reason, __STACKTRACE__))
+  end
+
+  defp bad_verdict(info, what) do
+    Logger.error(
+      "raknet: the :accept check for #{inspect(info[:address])} #{what}; " <>
+        "expected :ok or {:refuse, reason}: the connection is refused"
+    )
+
+    {:refuse, :accept_failed}
+  end
+
+  # Closed at once, the peer told; no process starts.
+  defp reject(conn, endpoint, reason, state) do
+    Native.conn_close_with(conn, :erlang.term_to_binary({:rejected, reason}))
+    {family, _} = List.keyfind(state.endpoints, endpoint, 1) || {nil, endpoint}
+    meta = %{server: state.supervisor, port: state.config.port, family: family, reason: :rejected}
+
+    # From a process of its own, as the periodic events: a handler may call the server.
+    spawn(fn -> RakNet.Telemetry.execute([:raknet, :server, :refused], %{count: 1}, meta) end)
   end
 
   # Per address family, the info of its endpoint threads added up. An endpoint that cannot
