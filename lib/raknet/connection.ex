@@ -429,6 +429,9 @@ defmodule RakNet.Connection do
       handler: handler,
       delivered: 0,
       delivered_bytes: 0,
+      # Messages and bytes handled in all (the :stop telemetry event's totals).
+      total_in: 0,
+      total_in_bytes: 0,
       confirm_queued: false,
       waiting: nil,
       stopping: false
@@ -726,7 +729,9 @@ defmodule RakNet.Connection do
     do: %{
       state
       | delivered: state.delivered + count,
-        delivered_bytes: state.delivered_bytes + bytes
+        delivered_bytes: state.delivered_bytes + bytes,
+        total_in: state.total_in + count,
+        total_in_bytes: state.total_in_bytes + bytes
     }
 
   # Flow control: tell the runtime how many messages were handled, in batches, at the latest

@@ -18,15 +18,20 @@ defmodule RakNet.Telemetry do
 
   | event | measurements | metadata |
   |---|---|---|
-  | `[:raknet, :connection, :start]` | `:system_time`, `:monotonic_time` | `:pid`, `:server`, `:role`, `:address`, `:guid`, `:protocol` |
-  | `[:raknet, :connection, :stop]` | `:duration` (native time units) | as `:start`, and `:reason` (`:peer_closed`, `:timeout`, `:overloaded`, `{:limit_exceeded, _}`, a `close/2` reason, ...) |
-  | `[:raknet, :connection, :exception]` | `:duration` | as `:start`, and `:kind`, `:reason`, `:stacktrace`: the handler crashed |
-  | `[:raknet, :server, :stats]` | `:connections`, `:messages_in_per_sec`, `:messages_out_per_sec`, `:bytes_in_per_sec`, `:bytes_out_per_sec`, `:resends_per_sec`, `:packet_loss` (mean over connections, 0.0..1.0), `:rtt_p50_ms`, `:rtt_p90_ms`, `:rtt_p99_ms`, `:rtt_max_ms` | `:server`, `:port`, `:family` (`:inet` / `:inet6`) |
-  | `[:raknet, :server, :refused]` | `:count` (since the last `:stats`) | `:server`, `:port`, `:family`, `:reason` |
-  | `[:raknet, :server, :limited]` | `:count` (since the last `:stats`) | `:server`, `:port`, `:family`, `:limit` |
-  | `[:raknet, :server, :handshake_mode]` | `:count` (changes since the last `:stats`) | `:server`, `:port`, `:family`, `:mode` (`:strict` or `:calm`) |
+  | `[:raknet, :connection, :start]` | `:system_time`, `:monotonic_time` | `:pid`, `:server`, `:server_name`, `:role`, `:address`, `:guid`, `:protocol` |
+  | `[:raknet, :connection, :stop]` | `:duration` (native time units), `:monotonic_time`, `:messages_in` and `:bytes_in` (handled in all) | as `:start`, and `:reason` (`:peer_closed`, `:timeout`, `:overloaded`, `{:limit_exceeded, _}`, a `close/2` reason, ...) |
+  | `[:raknet, :connection, :exception]` | as `:stop` | as `:start`, and `:kind`, `:reason`, `:stacktrace`: the handler crashed |
+  | `[:raknet, :server, :stats]` | `:connections`, `:messages_in_per_sec`, `:messages_out_per_sec`, `:bytes_in_per_sec`, `:bytes_out_per_sec`, `:resends_per_sec`, `:packet_loss` (0.0..1.0), `:rtt_p50_ms`, `:rtt_p90_ms`, `:rtt_p99_ms`, `:rtt_max_ms` | `:server`, `:name`, `:port`, `:ports` (`%{inet: port, inet6: port}`) |
+  | `[:raknet, :server, :refused]` | `:count` (since the last `:stats`) | as `:stats`, and `:reason` |
+  | `[:raknet, :server, :limited]` | `:count` (since the last `:stats`) | as `:stats`, and `:limit` |
+  | `[:raknet, :server, :handshake_mode]` | `:count` (changes since the last `:stats`) | as `:stats`, and `:mode` (`:strict` or `:calm`) |
 
-  `:stats` is emitted by each `RakNet.Server` for each of its sockets every
+  `:server` is the server's supervisor pid; `:name` (`:server_name` for connections) its
+  `:name` option, `nil` without one. The connection events are a span in the
+  `:telemetry.span/3` shape: `:start` with the times, `:stop` or `:exception` with the
+  duration.
+
+  `:stats` is emitted by each `RakNet.Server`, for all its sockets together, every
   `:telemetry_interval_ms` (default 1000, see `RakNet.Server.Config`), from a short-lived
   process (a handler may call the server, to put the player count in its MOTD, say);
   `:refused` and `:limited` follow it, one per counter that grew in the interval, and
@@ -37,7 +42,8 @@ defmodule RakNet.Telemetry do
   `:full` (and `:full_late`: full by the time the client's 0x09 or 0x13 came), `:ip_connections`
   (`:max_connections_per_ip`), `:recently_connected` (`:new_connections_per_ip_per_sec`),
   `:banned`, `:incompatible_protocol`, `:bad_cookie`, `:already_connected`, `:unproven`
-  (`:max_unproven`, `:max_unproven_per_ip`). Limits:
+  (`:max_unproven`, `:max_unproven_per_ip`), and `:rejected` (the `:accept` option's check;
+  emitted at once, with `count: 1` and the connection's `:family`). Limits:
   `:half_open_evicted`, `:half_open_per_ip`, `:handshake_dropped`, `:amplification`,
   `:pongs_rate_limited`, `:pongs_budget`, `:offline_queue_full`. Overloaded connections
   (a handler that fell behind for `:client_timeout_ms`) end with a `:stop` whose reason is
@@ -137,7 +143,15 @@ defmodule RakNet.Telemetry do
   # From a connection's terminate/2: :stop for an end, :exception for a crash.
   def connection_stop(%{started: started} = state, reason) when is_integer(started) do
     if enabled?() do
-      measurements = %{duration: System.monotonic_time() - started}
+      now = System.monotonic_time()
+
+      measurements = %{
+        duration: now - started,
+        monotonic_time: now,
+        messages_in: Map.get(state, :total_in, 0),
+        bytes_in: Map.get(state, :total_in_bytes, 0)
+      }
+
       metadata = connection_metadata(state.server, state.info)
 
       case reason do
@@ -166,6 +180,7 @@ defmodule RakNet.Telemetry do
     %{
       pid: self(),
       server: server,
+      server_name: Map.get(info, :server_name),
       role: if(server, do: :server, else: :client),
       address: Map.get(info, :address),
       guid: Map.get(info, :guid),
@@ -175,14 +190,13 @@ defmodule RakNet.Telemetry do
 
   @doc false
   # For a server's listener (from a process it spawns), every :telemetry_interval_ms: the
-  # :stats event of one socket,
-  # and :refused / :limited for the counters that grew since `previous` (that socket's stats
-  # last time, %{} the first time). Returns the stats to pass next time.
-  @spec server_stats(pid(), atom(), map(), map()) :: map()
-  def server_stats(server, family, info, previous) do
+  # :stats event of the server (its sockets' infos merged), and :refused / :limited /
+  # :handshake_mode for the counters that grew since `previous` (the server's stats last
+  # time, %{} the first time). `metadata` names the server.
+  @spec server_stats(map(), map(), map()) :: :ok
+  def server_stats(metadata, info, previous) do
     stats = Map.get(info, :stats, %{})
     rates = Map.get(info, :rates, %{})
-    metadata = %{server: server, port: info.port, family: family}
 
     measurements =
       rates
@@ -194,8 +208,7 @@ defmodule RakNet.Telemetry do
     deltas(:refused, :reason, @refusals, stats, previous, metadata)
     deltas(:limited, :limit, @limits, stats, previous, metadata)
     deltas(:handshake_mode, :mode, @modes, stats, previous, metadata)
-
-    stats
+    :ok
   end
 
   defp deltas(event, key, counters, stats, previous, metadata) do

@@ -50,8 +50,8 @@ defmodule RakNet.TelemetryTest do
   defp start_server(opts \\ []),
     do: RakNet.Test.Server.start!(EchoClient, Keyword.merge([telemetry_interval_ms: 100], opts))
 
-  test "connection start and stop, with the reason and the duration" do
-    {server, port} = start_server()
+  test "connection start and stop, with the reason, the duration and the totals" do
+    {server, port} = start_server(name: :telemetry_test_server)
     {:ok, conn} = RakNet.connect("127.0.0.1", port)
     assert_receive {:client_new, pid}, 5_000
 
@@ -59,13 +59,35 @@ defmodule RakNet.TelemetryTest do
                     %{pid: ^pid, server: ^server, role: :server, address: {{127, 0, 0, 1}, _}}},
                    5_000
 
+    for _ <- 1..3, do: {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "abc">>)
+    for _ <- 1..3, do: assert_receive({:raknet, ^conn, 0x86, "abc", _}, 5_000)
     :ok = Connection.close(conn)
 
-    assert_receive {:telemetry, [:raknet, :connection, :stop], %{duration: duration},
-                    %{pid: ^pid, server: ^server, reason: :peer_closed}},
+    assert_receive {:telemetry, [:raknet, :connection, :stop],
+                    %{duration: duration, monotonic_time: at, messages_in: 3, bytes_in: 12},
+                    %{
+                      pid: ^pid,
+                      server: ^server,
+                      server_name: :telemetry_test_server,
+                      reason: :peer_closed
+                    }},
                    5_000
 
-    assert is_integer(duration) and duration > 0
+    assert is_integer(duration) and duration > 0 and at <= System.monotonic_time()
+  end
+
+  # It fired once per IP family: a dual-stack server's dashboards counted it twice.
+  test "one :stats event per server, its sockets added up" do
+    {server, _port} = start_server(open_ipv6_socket: true)
+    %{ipv4_port: port4, ipv6_port: port6} = RakNet.Server.info(server)
+    {:ok, _} = RakNet.connect("127.0.0.1", port4)
+    {:ok, _} = RakNet.connect("::1", port6)
+    for _ <- 1..2, do: assert_receive({:client_new, _}, 5_000)
+
+    # Both connections in one event, both ports in its metadata.
+    assert_receive {:telemetry, [:raknet, :server, :stats], %{connections: 2},
+                    %{server: ^server, ports: %{inet: ^port4, inet6: ^port6}}},
+                   5_000
   end
 
   test "a handler of the :start event may call the server" do
@@ -127,7 +149,7 @@ defmodule RakNet.TelemetryTest do
 
     assert_receive {:telemetry, [:raknet, :server, :stats],
                     %{connections: 1, messages_in_per_sec: rate} = stats,
-                    %{server: ^server, port: ^port, family: :inet}}
+                    %{server: ^server, port: ^port, ports: %{inet: ^port}}}
                    when rate > 0,
                    5_000
 
@@ -214,7 +236,7 @@ defmodule RakNet.TelemetryTest do
     end
 
     assert_receive {:telemetry, [:raknet, :server, :limited], %{count: count},
-                    %{server: ^server, limit: :pongs_rate_limited, family: :inet}},
+                    %{server: ^server, limit: :pongs_rate_limited}},
                    5_000
 
     assert count >= 1

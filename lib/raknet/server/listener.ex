@@ -60,6 +60,7 @@ defmodule RakNet.Server.Listener do
           endpoints: endpoints,
           connections: connections,
           handler: RakNet.Handler.spec!(config.client_module),
+          # The server's stats at the last :stats event.
           telemetry: %{}
         }
 
@@ -344,28 +345,31 @@ defmodule RakNet.Server.Listener do
 
   def handle_info(:telemetry, state) do
     schedule_telemetry(state.config)
-    infos = family_infos(state)
-    %{supervisor: supervisor, telemetry: previous} = state
 
-    # Emitted from a process of its own: handlers run where the event is emitted, and one
-    # that called the server (to put the player count in the MOTD, say) called this process
-    # from itself, exited and was detached; a slow one held up every accept.
-    spawn(fn ->
-      for {family, info} <- infos,
-          do:
-            RakNet.Telemetry.server_stats(
-              supervisor,
-              family,
-              info,
-              Map.get(previous, family, %{})
-            )
-    end)
+    case family_infos(state) do
+      [] ->
+        {:noreply, state}
 
-    {:noreply,
-     %{
-       state
-       | telemetry: Map.new(infos, fn {family, info} -> {family, Map.get(info, :stats, %{})} end)
-     }}
+      infos ->
+        # One event for the server, its sockets added up.
+        info = infos |> Enum.map(&elem(&1, 1)) |> merge()
+        ports = Map.new(infos, fn {family, info} -> {family, info.port} end)
+
+        metadata = %{
+          server: state.supervisor,
+          name: state.config.name,
+          port: ports[:inet] || ports[:inet6],
+          ports: ports
+        }
+
+        previous = state.telemetry
+
+        # Emitted from a process of its own: handlers run where the event is emitted, and
+        # one that called the server (to put the player count in the MOTD, say) called this
+        # process from itself, exited and was detached; a slow one held up every accept.
+        spawn(fn -> RakNet.Telemetry.server_stats(metadata, info, previous) end)
+        {:noreply, %{state | telemetry: info.stats}}
+    end
   end
 
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
@@ -423,6 +427,7 @@ defmodule RakNet.Server.Listener do
   end
 
   defp start_connection(conn, info, state) do
+    info = Map.put(info, :server_name, state.config.name)
     args = {:accepted, conn, state.handler, state.config.client_data, state.supervisor, info}
 
     case DynamicSupervisor.start_child(state.connections, {RakNet.Connection, args}) do
