@@ -74,6 +74,26 @@ defmodule RakNet.Handler do
 
   `use RakNet.Handler` declares the behaviour, so a misspelt callback marked `@impl` is a
   compile-time warning, and defines defaults for every callback but `c:handle_message/4`.
+
+  ## Packets
+
+  `use RakNet.Handler, packets: MyGame.Protocol` (a `RakNet.Packet.Set`) decodes every
+  message with the set and hands the packet struct to `c:handle_packet/3` instead of
+  `c:handle_message/4`; what does not decode goes to `c:handle_bad_packet/4` (default:
+  dropped). Answer with `RakNet.Packet.send/4`:
+
+      defmodule MyGame.Player do
+        use RakNet.Handler, packets: MyGame.Protocol
+
+        @impl RakNet.Handler
+        def handle_packet(%MyGame.Packets.Login{name: name}, _transit_ms, state) do
+          RakNet.Packet.send(self(), :reliable_ordered, %MyGame.Packets.LoginOk{name: name})
+          {:noreply, %{state | name: name}}
+        end
+
+        def handle_packet(%MyGame.Packets.Move{x: x, y: y}, _transit_ms, state),
+          do: {:noreply, %{state | x: x, y: y}}
+      end
   """
 
   @typedoc """
@@ -114,6 +134,22 @@ defmodule RakNet.Handler do
               transit_ms :: number(),
               state()
             ) :: result()
+
+  @doc """
+  With `use RakNet.Handler, packets: set`: a message from the peer, decoded by the
+  `RakNet.Packet` set (a module of `RakNet.Packet.Set`), with the transit time. Messages
+  the set does not know, or that do not decode, go to `c:handle_bad_packet/4`.
+  """
+  @callback handle_packet(packet :: struct(), transit_ms :: non_neg_integer(), state()) ::
+              result()
+
+  @doc """
+  With `use RakNet.Handler, packets: set`: a message the set could not decode (its type
+  byte, the rest, and why). Default: dropped, `{:noreply, state}` (a peer that keeps
+  sending garbage is better closed: return `{:stop, reason, state}`).
+  """
+  @callback handle_bad_packet(type :: byte(), payload :: binary(), reason :: term(), state()) ::
+              result()
 
   @doc "A message sent with an `*_ack_receipt` reliability was acknowledged or lost."
   @callback handle_receipt(receipt_id :: pos_integer(), :acked | :lost, state()) :: result()
@@ -157,11 +193,22 @@ defmodule RakNet.Handler do
   @doc "Continues after a callback returned `{:continue, term}`, as `c:GenServer.handle_continue/2`."
   @callback handle_continue(continue :: term(), state()) :: result()
 
-  @optional_callbacks handle_continue: 2, handle_shutdown: 2
+  @optional_callbacks handle_continue: 2,
+                      handle_shutdown: 2,
+                      handle_packet: 3,
+                      handle_bad_packet: 4
 
-  defmacro __using__(_opts) do
+  defmacro __using__(opts) do
+    {packets, opts} = Keyword.pop(opts, :packets)
+
+    if opts != [] do
+      raise ArgumentError,
+            "use RakNet.Handler takes only :packets, got: #{Macro.to_string(opts)}"
+    end
+
     quote location: :keep do
       @behaviour RakNet.Handler
+      unquote(if packets, do: packet_callbacks(packets))
 
       @doc false
       def __raknet_handler__, do: true
@@ -205,6 +252,24 @@ defmodule RakNet.Handler do
                      handle_info: 2,
                      handle_call: 3,
                      handle_cast: 2
+    end
+  end
+
+  # `packets: set`: handle_message/4 decodes through the set and calls handle_packet/3.
+  defp packet_callbacks(set) do
+    quote location: :keep do
+      @impl RakNet.Handler
+      def handle_message(type, payload, transit, state) do
+        case RakNet.Packet.decode(unquote(set), type, payload) do
+          {:ok, packet} -> handle_packet(packet, transit, state)
+          {:error, reason} -> handle_bad_packet(type, payload, reason, state)
+        end
+      end
+
+      @impl RakNet.Handler
+      def handle_bad_packet(_type, _payload, _reason, state), do: {:noreply, state}
+
+      defoverridable handle_bad_packet: 4
     end
   end
 

@@ -132,6 +132,58 @@ defmodule RakNet.HandlerTest do
     end
   end
 
+  defmodule Shout do
+    use RakNet.Packet, id: 0xA0
+    field(:text, {:string, :uint8})
+  end
+
+  defmodule Shouts do
+    use RakNet.Packet.Set, packets: [RakNet.HandlerTest.Shout]
+  end
+
+  defmodule Shouter do
+    # Packets, not bytes: answers each Shout in capitals; reports what does not decode.
+    use RakNet.Handler, packets: RakNet.HandlerTest.Shouts
+
+    @impl RakNet.Handler
+    def handle_connect(_info, test), do: {:ok, test}
+
+    @impl RakNet.Handler
+    def handle_packet(%Shout{text: text}, transit, test) do
+      send(test, {:packet, transit})
+
+      {:ok, nil} =
+        RakNet.Packet.send(self(), :reliable_ordered, %Shout{text: String.upcase(text)})
+
+      {:noreply, test}
+    end
+
+    @impl RakNet.Handler
+    def handle_bad_packet(type, payload, reason, test) do
+      send(test, {:bad_packet, type, payload, reason})
+      {:noreply, test}
+    end
+  end
+
+  # Packets and handlers did not meet: a RakNet.Handler decoded by hand.
+  test "use RakNet.Handler, packets: decodes through the set into handle_packet/3" do
+    {_server, port} = start_server(Shouter)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    {:ok, nil} = RakNet.Packet.send(conn, :reliable_ordered, %Shout{text: "hi"})
+    assert_receive {:raknet, ^conn, 0xA0, body, _}, 5_000
+    assert {:ok, %Shout{text: "HI"}} = RakNet.Packet.decode(Shouts, 0xA0, body)
+    assert_receive {:packet, transit} when is_integer(transit)
+
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0xA0, 5, "ab">>)
+    assert_receive {:bad_packet, 0xA0, <<5, "ab">>, _reason}, 5_000
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0xA1>>)
+    assert_receive {:bad_packet, 0xA1, "", {:unknown_packet, 0xA1}}, 5_000
+
+    assert_raise ArgumentError, ~r/takes only :packets/, fn ->
+      Code.compile_string("defmodule BadUse do use RakNet.Handler, pakets: X end")
+    end
+  end
+
   defmodule Goodbye do
     # Says goodbye from handle_shutdown/2, and reports what its server answers meanwhile.
     use RakNet.Handler
