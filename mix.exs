@@ -2,6 +2,9 @@ defmodule RakNet.MixProject do
   use Mix.Project
 
   @version "0.1.0"
+  # Where the repository is to be published: nothing is yet (no package has been), so this
+  # address is the one to confirm, or change, before the first `mix hex.publish`.
+  @source_url "https://github.com/raknet-ex/raknet"
 
   # The NIF compiler (first in `compilers:`) must exist before Mix compiles anything, so it cannot
   # come from compiling lib/. Mix evaluates this file first, also when raknet is a dependency of
@@ -22,7 +25,61 @@ defmodule RakNet.MixProject do
       # protocols would ignore them. Test, bench and prod builds consolidate as usual.
       consolidate_protocols: Mix.env() != :dev,
       deps: [],
-      description: "RakNet (UDP game networking protocol) for Elixir, backed by a Rust NIF"
+      description: "RakNet (UDP game networking protocol) for Elixir, backed by a Rust NIF",
+      name: "raknet",
+      source_url: @source_url,
+      homepage_url: @source_url,
+      package: package(),
+      docs: docs()
+    ]
+  end
+
+  # What a Hex package holds: everything `mix compile` needs to build the NIF in a copy made
+  # from it (test/package_test.exs checks that), and the guides. Cargo loads every member of
+  # the workspace (Cargo.toml) before it builds one, so the benchmark and simulator crates'
+  # sources come along, not their tests; the fuzz crate is no member.
+  defp package do
+    crates = ~w(raknet-proto raknet-udp raknet-nif raknet-netsim raknet-bench)
+
+    [
+      licenses: ["Apache-2.0"],
+      links: %{"Source" => @source_url, "Changelog" => @source_url <> "/blob/main/CHANGELOG.md"},
+      files:
+        ~w(lib/raknet.ex lib/raknet lib/mix mix.exs Cargo.toml Cargo.lock
+           README.md LICENSE CHANGELOG.md docs) ++
+          Enum.flat_map(crates, &["native/#{&1}/Cargo.toml", "native/#{&1}/src"])
+    ]
+  end
+
+  defp docs do
+    [
+      main: "readme",
+      source_ref: "v#{@version}",
+      extras:
+        ["README.md", "CHANGELOG.md"] ++
+          Enum.map(
+            ~w(getting-started usage game-servers bedrock xplane-migration cluster
+                      security options performance interoperability architecture
+                      nif-contract),
+            &"docs/#{&1}.md"
+          ),
+      groups_for_extras: [
+        Guides: ~r{docs/(getting-started|usage|game-servers|bedrock|xplane-migration|cluster)},
+        Operations: ~r{docs/(security|options|performance)},
+        Internals: ~r{docs/(interoperability|architecture|nif-contract)}
+      ],
+      groups_for_modules: [
+        Servers: [RakNet.Server, RakNet.Server.Config, RakNet.Connection, RakNet.Group],
+        Handlers: [
+          RakNet.Client,
+          RakNet.Handler,
+          RakNet.Message,
+          RakNet.ReliabilityLayer.Reliability
+        ],
+        Packets: ~r/RakNet\.Packet/,
+        Bedrock: ~r/RakNet\.Bedrock/,
+        Tools: [RakNet.Ping, RakNet.Telemetry, RakNet.Top]
+      ]
     ]
   end
 

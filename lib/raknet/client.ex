@@ -94,7 +94,7 @@ defprotocol RakNet.Client do
   def new(client_struct, connection_pid, client_data)
 
   @doc "Handles one message from the peer (step 2); the return value is ignored."
-  @spec receive(t(), non_neg_integer(), binary(), number()) :: any()
+  @spec receive(t(), non_neg_integer(), binary(), non_neg_integer()) :: any()
   def receive(client, packet_type, packet_buffer, transit_time)
 
   @doc "A message sent with an ack receipt was acknowledged (step 3)."

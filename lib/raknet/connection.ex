@@ -28,15 +28,17 @@ defmodule RakNet.Connection do
   ## Across the cluster
 
   A connection pid of another node works everywhere a pid does (`send/4`, `close/2`,
-  `info/1`, `stop/1`, `RakNet.broadcast/4`, `RakNet.Group`): the call is handed to a relay
-  process on the connection's node, one per calling process, so everything one process
-  sends to a node is done there in the order it was sent. `send/4` then waits for that
+  `info/1`, `RakNet.broadcast/4`, `RakNet.Group`): the call is handed to a relay process on
+  the connection's node, one per calling process, so everything one process sends to a node
+  is done there in the order it was sent (`stop/1` is a `GenServer.stop/2` of the process,
+  not ordered with them). `send/4` then waits for that
   node's answer (one message there and one back) and returns it; a node that is not
   connected or goes down first gives `{:error, :nodedown}`, one that does not answer in 5 s
   `{:error, :timeout}`. A handle (`conn_ref/1`) is only usable on its own node.
 
   Errors: `{:error, :closed}` (the connection ended, or the process is gone), `:too_large`
-  (over 32 MiB, or over the 16,384 fragments a peer reassembles: about 22 MiB at MTU 1492),
+  (over the server's `:max_message_bytes`, 32 MiB by default, or over the 16,384 fragments a
+  peer reassembles: about 22 MiB at MTU 1492),
   `:over_budget` (64 MiB queued or unacknowledged), `:bad_reliability`,
   `:bad_channel` (not 0..31), `:bad_priority`, `{:unknown_option, key}` (an option other than
   `:channel` and `:priority`), `:empty`, `:not_binary`; for another node's connection also

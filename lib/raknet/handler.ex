@@ -131,7 +131,7 @@ defmodule RakNet.Handler do
   @callback handle_message(
               type :: byte(),
               payload :: binary(),
-              transit_ms :: number(),
+              transit_ms :: non_neg_integer(),
               state()
             ) :: result()
 

@@ -142,7 +142,7 @@ defmodule RakNet.Server.Config do
       own 64 MiB bound): what players who stop reading can make it hold. Shared as
       `:max_buffered_bytes` is: each connection is guaranteed
       `max_send_bytes / 2 / max_connections` (512 KiB with the defaults), only the other half
-      is open beyond shares, and a send beyond gets `{:error, :queue_full}`. Counted as
+      is open beyond shares, and a send beyond gets `{:error, :over_budget}`. Counted as
       `send_backlog_bytes` in `RakNet.Server.info/1`. Default `1_073_741_824` (1 GiB); at
       least 1 MiB.
     * `:max_messages_per_sec` - the most messages a second a peer may send, sustained (bursts
