@@ -248,6 +248,41 @@ defmodule RakNet.Connection do
   defdelegate register_id(id), to: RakNet.Connection.Registry
 
   @doc """
+  Merges `assigns` (a map or keyword list) into the calling connection's assigns: what the
+  game knows of the player (its name, zone, team), readable by any process of the node
+  without asking the connection (from ETS), with `assigns/1`, and in the maps of
+  `RakNet.Server.connections/1` and `lookup/3`. Call it from the connection's own callbacks;
+  they go away with the connection.
+
+      def handle_message(0x86, <<"login ", name::binary>>, _transit, state) do
+        :ok = RakNet.Connection.assign(name: name, zone: 3)
+        {:noreply, state}
+      end
+
+  Returns `{:error, :not_a_connection}` outside a connection process.
+  """
+  @spec assign(map() | keyword()) :: :ok | {:error, :not_a_connection}
+  def assign(assigns) when is_map(assigns) or is_list(assigns),
+    do: RakNet.Connection.Registry.assign(Map.new(assigns))
+
+  @doc """
+  The assigns of a connection (see `assign/1`), or `{:error, :closed}`; for a connection of
+  another node, asked there.
+
+      {:ok, %{name: "ann", zone: 3}} = RakNet.Connection.assigns(player)
+  """
+  @spec assigns(pid()) :: {:ok, map()} | {:error, :closed | :nodedown | :timeout}
+  def assigns(pid) when is_pid(pid) and node(pid) != node(),
+    do: RakNet.Relay.call(node(pid), {:assigns, pid})
+
+  def assigns(pid) when is_pid(pid) do
+    case RakNet.Connection.Registry.info(pid) do
+      {:ok, %{assigns: assigns}} -> {:ok, assigns}
+      :error -> {:error, :closed}
+    end
+  end
+
+  @doc """
   Stops the connection process, as X-Plane's `RakNet.Connection.stop/1` does: the process
   exits with `:shutdown`, running `RakNet.Client.disconnect/1` (or `disconnect/2` with
   `:shutdown`) first, and the peer gets a disconnection notification. With a handle (a raw

@@ -86,6 +86,7 @@ defmodule RakNet.Relay do
 
   defp run({:close, pid, reason}), do: RakNet.Connection.close(pid, reason)
   defp run({:info, pid}), do: RakNet.Connection.info(pid)
+  defp run({:assigns, pid}), do: RakNet.Connection.assigns(pid)
   defp run({:join, group, pids}), do: RakNet.Group.join(pids, group)
   defp run({:leave, group, pids}), do: RakNet.Group.leave(pids, group)
 

@@ -151,8 +151,9 @@ defmodule RakNet.Server do
   @typedoc """
   A connection as `connections/1` and `lookup/3` describe it: its process (`:pid`, what
   `RakNet.Connection.send/3` takes), its handle (`:conn`), the peer's `:address` and `:guid`,
-  the RakNet `:protocol`, the `:mtu`, `:connected_at` (Unix ms) and the application `:id` it
-  registered with `RakNet.Connection.register_id/1` (or `nil`).
+  the RakNet `:protocol`, the `:mtu`, `:connected_at` (Unix ms), the application `:id` it
+  registered with `RakNet.Connection.register_id/1` (or `nil`) and its `:assigns`
+  (`RakNet.Connection.assign/1`).
   """
   @type connection :: %{
           pid: pid(),
@@ -162,7 +163,8 @@ defmodule RakNet.Server do
           protocol: non_neg_integer(),
           mtu: pos_integer(),
           connected_at: integer(),
-          id: term()
+          id: term(),
+          assigns: map()
         }
 
   @doc """

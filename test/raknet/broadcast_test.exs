@@ -117,6 +117,26 @@ defmodule RakNet.BroadcastTest do
     assert_receive {:raknet_disconnect, ^a, :local_close}, 5_000
   end
 
+  # Nothing but one id could be kept per connection for others to read.
+  test "assigns: set by the connection, read by anyone from ETS, in connections/1" do
+    {server, port} = start_server(RakNet.Test.AssignClient)
+    {:ok, conn} = RakNet.connect("127.0.0.1", port)
+    assert_receive {:client_new, pid}, 5_000
+    assert {:ok, %{}} == Connection.assigns(pid)
+
+    {:ok, nil} = Connection.send(conn, :reliable_ordered, <<0x86, "ann">>)
+    assert_receive {:assigned, ^pid}, 5_000
+    assert {:ok, %{name: "ann", zone: 3}} = Connection.assigns(pid)
+    assert [%{pid: ^pid, assigns: %{name: "ann"}}] = RakNet.Server.connections(server)
+
+    assert {:error, :not_a_connection} = Connection.assign(zone: 4)
+    :ok = Connection.close(conn)
+    assert_receive {:raknet_disconnect, ^conn, _}, 5_000
+    ref = Process.monitor(pid)
+    assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
+    assert {:error, :closed} = Connection.assigns(pid)
+  end
+
   defp local_address(conn) do
     {:ok, %{local_address: local}} = Connection.info(conn)
     local

@@ -78,6 +78,7 @@ defmodule RakNet.ClusterTest do
 
     assert is_integer(receipt)
     assert {:ok, %{address: _}} = on(c, RakNet.Connection, :info, [one_pid])
+    assert {:ok, %{}} = on(c, RakNet.Connection, :assigns, [one_pid])
 
     # Errors are the connection node's, not a false :closed.
     assert {:error, :bad_channel} =

@@ -270,3 +270,24 @@ defimpl RakNet.Client, for: RakNet.Test.RaisingClient do
   def disconnect(%{raise_in: :disconnect}), do: raise("raised in disconnect/1")
   def disconnect(client), do: send(client.test, {:raising_disconnect, client.connection})
 end
+
+defmodule RakNet.Test.AssignClient do
+  @moduledoc """
+  A `RakNet.Handler` that assigns the name a 0x86 message carries (and zone 3) to its
+  connection, then tells the test (`{:assigned, pid}`).
+  """
+  use RakNet.Handler
+
+  @impl RakNet.Handler
+  def handle_connect(_info, test) do
+    send(test, {:client_new, self()})
+    {:ok, test}
+  end
+
+  @impl RakNet.Handler
+  def handle_message(0x86, name, _transit, test) do
+    :ok = RakNet.Connection.assign(name: name, zone: 3)
+    send(test, {:assigned, self()})
+    {:noreply, test}
+  end
+end

@@ -27,7 +27,7 @@ defmodule RakNet.Connection.Registry do
   @spec register(reference(), pid() | :client, map()) :: :ok
   def register(conn, server, info) do
     pid = self()
-    info = Map.merge(info, %{pid: pid, conn: conn, id: nil})
+    info = Map.merge(info, %{pid: pid, conn: conn, id: nil, assigns: %{}})
     :ets.insert(@table, {pid, conn, server, info})
 
     rows =
@@ -111,6 +111,25 @@ defmodule RakNet.Connection.Registry do
               [] -> register_id(id)
             end
         end
+
+      _ ->
+        {:error, :not_a_connection}
+    end
+  end
+
+  @doc """
+  Merges `assigns` into the calling connection process's assigns (its row, readable by
+  anyone); `{:error, :not_a_connection}` outside a connection process.
+  """
+  @spec assign(map()) :: :ok | {:error, :not_a_connection}
+  def assign(assigns) do
+    pid = self()
+
+    case :ets.lookup(@table, pid) do
+      [{^pid, conn, server, %{assigns: old} = info}] ->
+        # Only the connection's own process writes its row: no update is lost.
+        :ets.insert(@table, {pid, conn, server, %{info | assigns: Map.merge(old, assigns)}})
+        :ok
 
       _ ->
         {:error, :not_a_connection}
