@@ -1,14 +1,42 @@
 defmodule RakNet do
   @moduledoc """
-  RakNet, the UDP game networking protocol, for Elixir.
+  RakNet, the UDP game networking protocol of official RakNet and Minecraft Bedrock, for
+  Elixir: reliable, ordered, sequenced and unreliable messages on 32 channels, large
+  messages split and reassembled, congestion control and clock synchronisation.
 
-  The protocol engine is written in Rust and runs in a NIF (`native/raknet-nif`), which
-  `mix compile` builds with cargo; Elixir applications see plain processes and messages.
+  The protocol engine is written in Rust and runs in a NIF on its own threads, which
+  `mix compile` builds with cargo; Elixir applications see plain supervised processes and
+  messages. Each connection is a process running your handler:
 
-  ## Status
+      defmodule MyGame.Player do
+        use RakNet.Handler
 
-  Servers: `RakNet.Server` in a supervision tree, the `RakNet.Client` protocol for your game
-  code, `RakNet.Connection.send/3` to answer. Clients: `connect/3`. Pings: `RakNet.Ping`.
+        @impl RakNet.Handler
+        def handle_message(0x86, text, _transit_ms, state) do
+          RakNet.Connection.send(self(), :reliable_ordered, <<0x86, text::binary>>)
+          {:noreply, state}
+        end
+      end
+
+      children = [{RakNet.Server, [MyGame.Player, 19132, name: MyGame.Server]}]
+      Supervisor.start_link(children, strategy: :one_for_one)
+
+  and a client connects to any RakNet server:
+
+      {:ok, conn} = RakNet.connect("127.0.0.1", 19132)
+      {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0x86, "hi">>)
+
+  ## Where things are
+
+    * Servers: `RakNet.Server` (and its options, `RakNet.Server.Config`); handlers:
+      `RakNet.Handler`, or X-Plane's `RakNet.Client` protocol.
+    * Sending and connections: `RakNet.Connection`, `broadcast/4`, `RakNet.Group`.
+    * Game packets as structs: `RakNet.Packet`, `RakNet.Packet.Set`.
+    * Minecraft Bedrock: `RakNet.Bedrock.Motd`; pings: `RakNet.Ping`.
+    * Operations: `RakNet.Telemetry`, `mix raknet.top`, `mix raknet.ping`, `mix raknet.load`.
+
+  The guides (getting started, game servers, Bedrock, cluster, X-Plane migration,
+  security, options, performance) are in `docs/`.
   """
 
   @typedoc """

@@ -4,7 +4,12 @@ defmodule RakNet.Top do
   servers, like renet_visualizer.
 
   `snapshot/0` runs on the node being watched (the task calls it with `:erpc`); `render/2`
-  draws one frame from the snapshots seen so far, newest first.
+  draws one frame from the snapshots seen so far, newest first. To draw your own view (a
+  LiveDashboard page, an admin command), take snapshots yourself:
+
+      %{servers: servers} = RakNet.Top.snapshot()
+      for %{ports: ports, connections: n, rates: rates} <- servers,
+          do: IO.puts("\#{inspect(ports)}: \#{n} players, \#{rates.bytes_out_per_sec} B/s out")
   """
 
   @typedoc "One server as `snapshot/0` sees it."
