@@ -25,6 +25,8 @@ defmodule RakNet.Telemetry do
   | `[:raknet, :server, :refused]` | `:count` (since the last `:stats`) | as `:stats`, and `:reason` |
   | `[:raknet, :server, :limited]` | `:count` (since the last `:stats`) | as `:stats`, and `:limit` |
   | `[:raknet, :server, :handshake_mode]` | `:count` (changes since the last `:stats`) | as `:stats`, and `:mode` (`:strict` or `:calm`) |
+  | `[:raknet, :packet, :dispatch]` | `:count` (1) | `:router`, `:packet` (the module), `:target`: a packet `RakNet.Packet.Router` cast to its target |
+  | `[:raknet, :packet, :dropped]` | `:count` (1) | `:router`, `:packet`, `:reason` (`:missed`: no process under the target's name, `:unrouted`, `:overloaded`, `:decode_errors` with `:type` and `:connection`), `:target` |
 
   `:server` is the server's supervisor pid; `:name` (`:server_name` for connections) its
   `:name` option, `nil` without one. The connection events are a span in the

@@ -117,6 +117,41 @@ defmodule RakNet.PacketRouterTest do
     assert Router.stats().dispatched == 2
   end
 
+  # Packet dispatch emitted no telemetry: a dashboard saw nothing of it.
+  test "dispatch and drops are telemetry events", %{t: t} do
+    test = self()
+    id = make_ref()
+    events = [[:raknet, :packet, :dispatch], [:raknet, :packet, :dropped]]
+
+    :ok =
+      :telemetry.attach_many(
+        id,
+        events,
+        fn event, m, meta, _ -> send(test, {event, m, meta}) end,
+        nil
+      )
+
+    on_exit(fn ->
+      :telemetry.detach(id)
+      RakNet.Telemetry.reset()
+    end)
+
+    world = start_target({:world, t})
+    ctx = %Context{connection: self(), assigns: %{test: t, zone: 9}}
+    router = RakNet.PacketRouterTest.Router
+
+    :ok = Router.dispatch(router, %Hello{name: "a"}, ctx)
+    assert_receive {:target, ^world, _}
+
+    assert_received {[:raknet, :packet, :dispatch], %{count: 1},
+                     %{router: ^router, packet: Hello, target: {:world, ^t}}}
+
+    {:error, _} = Router.dispatch(router, %Step{dx: 1}, ctx)
+
+    assert_received {[:raknet, :packet, :dropped], %{count: 1},
+                     %{reason: :missed, packet: Step, target: {:zone, ^t, 9}}}
+  end
+
   test "a missing or unroutable target is counted and logged at most once a second, never raised",
        %{t: t} do
     ctx = %Context{connection: self(), assigns: %{test: t, zone: 9}}

@@ -72,9 +72,13 @@ defmodule RakNet.Packet.Handler do
         RakNet.Packet.Router.dispatch(h.router, packet, h.context)
 
       {:error, reason} ->
-        RakNet.Packet.Stats.incident(:decode_errors, fn ->
-          "#{inspect(set)} cannot decode a message of type #{type} (#{byte_size(body)} bytes) from #{inspect(h.context.connection)}: #{inspect(reason, limit: 8)}"
-        end)
+        RakNet.Packet.Stats.incident(
+          :decode_errors,
+          fn ->
+            "#{inspect(set)} cannot decode a message of type #{type} (#{byte_size(body)} bytes) from #{inspect(h.context.connection)}: #{inspect(reason, limit: 8)}"
+          end,
+          %{router: h.router, packet: nil, type: type, connection: h.context.connection}
+        )
 
         {:error, reason}
     end

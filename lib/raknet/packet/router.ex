@@ -111,9 +111,13 @@ defmodule RakNet.Packet.Router do
         cast(router, pid, pid, module, packet, context)
 
       nil ->
-        Stats.incident(:unrouted, fn ->
-          "#{inspect(router)} has no target for #{inspect(module)} (dispatch_to #{inspect(module.dispatch_to())})"
-        end)
+        Stats.incident(
+          :unrouted,
+          fn ->
+            "#{inspect(router)} has no target for #{inspect(module)} (dispatch_to #{inspect(module.dispatch_to())})"
+          end,
+          %{router: router, packet: module, target: nil}
+        )
 
         {:error, :unrouted}
 
@@ -125,9 +129,11 @@ defmodule RakNet.Packet.Router do
             cast(router, pid, name, module, packet, context)
 
           :undefined ->
-            Stats.incident(:missed, fn ->
-              "no process registered as #{inspect(name)} for #{inspect(module)}"
-            end)
+            Stats.incident(
+              :missed,
+              fn -> "no process registered as #{inspect(name)} for #{inspect(module)}" end,
+              %{router: router, packet: module, target: name}
+            )
 
             {:error, {:no_process, name}}
         end
@@ -136,15 +142,19 @@ defmodule RakNet.Packet.Router do
 
   defp cast(router, pid, target, module, packet, context) do
     if overloaded?(pid, router.__max_mailbox__()) do
-      Stats.incident(:overloaded, fn ->
-        "#{inspect(target)} has #{router.__max_mailbox__()} messages waiting or more: " <>
-          "#{inspect(module)} dropped"
-      end)
+      Stats.incident(
+        :overloaded,
+        fn ->
+          "#{inspect(target)} has #{router.__max_mailbox__()} messages waiting or more: " <>
+            "#{inspect(module)} dropped"
+        end,
+        %{router: router, packet: module, target: target}
+      )
 
       {:error, {:overloaded, target}}
     else
       GenServer.cast(pid, {:raknet_packet, packet, context})
-      Stats.dispatched()
+      Stats.dispatched(%{router: router, packet: module, target: target})
     end
   end
 

@@ -26,18 +26,28 @@ defmodule RakNet.Packet.Stats do
   end
 
   @doc false
-  def dispatched do
+  # A packet cast to its target; `[:raknet, :packet, :dispatch]` with `metadata`.
+  def dispatched(metadata \\ %{}) do
     {counters, _, _} = refs()
     :counters.add(counters, 1, 1)
+    RakNet.Telemetry.execute([:raknet, :packet, :dispatch], %{count: 1}, metadata)
   end
 
   @doc false
-  # Counts an incident of `kind` and logs `message.()` unless a line for `kind` was logged
-  # less than the interval ago.
-  def incident(kind, message) do
+  # Counts an incident of `kind`, emits `[:raknet, :packet, :dropped]` (reason `kind`, and
+  # `metadata`), and logs `message.()` unless a line for `kind` was logged less than the
+  # interval ago.
+  def incident(kind, message, metadata \\ %{}) do
     {counters, last_logged, interval} = refs()
     i = index(kind)
     :counters.add(counters, i, 1)
+
+    RakNet.Telemetry.execute(
+      [:raknet, :packet, :dropped],
+      %{count: 1},
+      Map.put(metadata, :reason, kind)
+    )
+
     now = System.monotonic_time(:millisecond)
     last = :atomics.get(last_logged, i)
 
