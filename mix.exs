@@ -45,7 +45,7 @@ defmodule RakNet.MixProject do
       licenses: ["Apache-2.0"],
       links: %{"Source" => @source_url, "Changelog" => @source_url <> "/blob/main/CHANGELOG.md"},
       files:
-        ~w(lib/raknet.ex lib/raknet lib/mix mix.exs Cargo.toml Cargo.lock
+        ~w(lib/raknet.ex lib/raknet lib/mix mix.exs .formatter.exs Cargo.toml Cargo.lock
            README.md LICENSE CHANGELOG.md docs) ++
           Enum.flat_map(crates, &["native/#{&1}/Cargo.toml", "native/#{&1}/src"])
     ]

@@ -26,9 +26,10 @@ defmodule RakNet.Packet do
 
   `use RakNet.Packet` defines the struct (one key per field, in order), its type `t/0` and the
   callbacks of this behaviour. `build/1` and `parse/1` are generated as binary construction
-  and one binary pattern per run of fixed-size fields, the code one would write by hand;
-  strings, varints, lists and nested structs call `RakNet.Packet.Codec`. The field types are
-  listed in `RakNet.Packet.Type`.
+  and one binary pattern per run of fixed-size fields (integers, floats, booleans,
+  `{:bytes, n}`), the code one would write by hand; strings, varints, lists, arrays, optional
+  values, `:rest` and nested structs call `RakNet.Packet.Codec`. The field types are listed in
+  `RakNet.Packet.Type`.
 
   ## Options of `use RakNet.Packet`
 
@@ -60,19 +61,34 @@ defmodule RakNet.Packet do
   ## Fields
 
   `field name, type, opts`: `type` as in `RakNet.Packet.Type`; options `:default` (the
-  struct's default; otherwise 0, 0.0, `false`, `""`, `[]` or `nil` for nested structs) and
-  `:max` (strings, binaries and lists; see `RakNet.Packet.Type`).
+  struct's default; otherwise 0, 0.0, `false`, `""`, `[]`, `n` zero bytes for `{:bytes, n}`,
+  `n` default elements for `{:array, n, element}`, or `nil` for optional values and nested
+  structs) and `:max` (strings, binaries, lists and `:rest`, or the type inside `:optional`;
+  see `RakNet.Packet.Type`). A `:rest` field (all the bytes left) must be the last one:
+  declaring another field after it raises `ArgumentError`.
+
+      defmodule MyGame.Packets.Relay do
+        use RakNet.Packet, id: 0x93
+
+        field :sequence, :uint24_le
+        field :target, {:optional, :uint32_le}
+        field :payload, :rest, max: 1024
+      end
+
+  In an application's `.formatter.exs`, `import_deps: [:raknet]` keeps `field` calls without
+  parentheses.
 
   ## Errors
 
-  `parse/1` never raises: malformed input (truncated, too long, a bad boolean or float, invalid
-  UTF-8, an over-long varint, a count over `:max`, bytes left over) returns
+  `parse/1` never raises: malformed input (truncated, too long, a bad boolean, optional flag or
+  float, invalid UTF-8, an over-long varint, a count over `:max`, bytes left over) returns
   `{:error, {module, field, reason}}`, `field` being the first field that could not be read
   (`nil` for bytes after the last field: `{:trailing_bytes, n}`); a nested struct's reason
   is the nested `{module, field, reason}`. The reasons are listed in `RakNet.Packet.Codec`.
 
   `build/1` validates too, and does not raise either: a value its type cannot hold (an integer
-  out of range, a string over its size, a float outside float32, a wrong type) returns
+  out of range, a string over its size, `{:bytes, n}` not of `n` bytes, an array not of its
+  length, a float outside float32, a wrong type) returns
   `{:error, {module, field, reason}}`. `build!/1` raises `ArgumentError` instead.
   """
 
@@ -219,6 +235,14 @@ defmodule RakNet.Packet do
 
       if Enum.any?(@raknet_fields, &(elem(&1, 0) == name)),
         do: raise(ArgumentError, "field #{inspect(name)} is declared twice")
+
+      # The newest field first: one that takes the rest of the message must stay the last.
+      with [{previous, previous_type, _} | _] <- @raknet_fields,
+           true <- RakNet.Packet.Type.rest?(previous_type) do
+        raise ArgumentError,
+              "field #{inspect(name)} is declared after #{inspect(previous)}, which takes the " <>
+                "rest of the message (:rest); a :rest field must be the last field of a packet"
+      end
 
       @raknet_fields {name, RakNet.Packet.Type.normalize(type, opts), opts}
     end
@@ -370,9 +394,13 @@ defmodule RakNet.Packet do
   defp default({:float, _, _}), do: 0.0
   defp default(:bool), do: false
   defp default({:fixed_string, _}), do: ""
+  defp default({:bytes, n}), do: <<0::size(n * 8)>>
   defp default({kind, _, _}) when kind in [:string, :binary], do: ""
   defp default({:varint, _, _}), do: 0
   defp default({:list, _, _, _}), do: []
+  defp default({:array, n, element}), do: List.duplicate(default(element), n)
+  defp default({:optional, _}), do: nil
+  defp default({:rest, _}), do: ""
   defp default({:struct, _}), do: nil
 
   defp typespec({:int, _, _, _}), do: quote(do: integer())
@@ -380,6 +408,10 @@ defmodule RakNet.Packet do
   defp typespec({:float, _, _}), do: quote(do: float())
   defp typespec(:bool), do: quote(do: boolean())
   defp typespec({:fixed_string, _}), do: quote(do: String.t())
+  defp typespec({:bytes, _}), do: quote(do: binary())
+  defp typespec({:rest, _}), do: quote(do: binary())
+  defp typespec({:array, _, el}), do: quote(do: [unquote(typespec(el))])
+  defp typespec({:optional, t}), do: quote(do: unquote(typespec(t)) | nil)
   defp typespec({:string, _, _}), do: quote(do: String.t())
   defp typespec({:binary, _, _}), do: quote(do: binary())
   defp typespec({:list, _, el, _}), do: quote(do: [unquote(typespec(el))])
@@ -412,6 +444,10 @@ defmodule RakNet.Packet do
   end
 
   defp guard(:bool, v), do: quote(do: is_boolean(unquote(v)))
+
+  defp guard({:bytes, n}, v),
+    do: quote(do: is_binary(unquote(v)) and byte_size(unquote(v)) == unquote(n))
+
   defp guard(_type, _v), do: nil
 
   defp build_body(fields, vars) do
@@ -474,6 +510,7 @@ defmodule RakNet.Packet do
     do: quote(do: unquote(v) :: float - size(unquote(bits)) - unquote(Macro.var(endian, nil)))
 
   defp segment(:bool, v), do: quote(do: if(unquote(v), do: 1, else: 0) :: 8)
+  defp segment({:bytes, n}, v), do: quote(do: unquote(v) :: binary - size(unquote(n)))
 
   # ---- parse: runs of fixed-size fields as one pattern; the others one call each ---------
 
@@ -555,4 +592,5 @@ defmodule RakNet.Packet do
     do: quote(do: unquote(v) :: float - size(unquote(bits)) - unquote(Macro.var(endian, nil)))
 
   defp segment_pattern(:bool, v), do: quote(do: unquote(v) :: 8)
+  defp segment_pattern({:bytes, n}, v), do: quote(do: unquote(v) :: binary - size(unquote(n)))
 end

@@ -3,9 +3,10 @@ defmodule RakNet.Packet.Codec do
   Encoders and decoders for every `RakNet.Packet.Type`, one value at a time.
 
   Modules that `use RakNet.Packet` call these only for the fields a binary pattern cannot
-  express (strings, varints, lists) and, when their generated fast path fails, to find out
-  which field is wrong and why (`encode_fields/2`, `decode_fields/2`). They are public because
-  they are also useful on their own, in hand-written packet modules:
+  express (strings, varints, lists, arrays, optional values, `:rest`) and, when their
+  generated fast path fails, to find out which field is wrong and why (`encode_fields/2`,
+  `decode_fields/2`). They are public because they are also useful on their own, in
+  hand-written packet modules:
 
       iex> RakNet.Packet.Codec.encode(RakNet.Packet.Type.normalize(:varint32), -3)
       {:ok, <<5>>}
@@ -16,14 +17,19 @@ defmodule RakNet.Packet.Codec do
   encoding returns `{:error, reason}` for a value the type cannot hold.
 
   Decode reasons: `:truncated`, `:not_finite` (a NaN or infinite float), `{:invalid_bool,
-  byte}`, `:invalid_utf8`, `:varint_too_long` (more than 5 bytes for a 32-bit varint, 10 for a
-  64-bit one), `:varint_overflow` (the value does not fit its bits), `{:too_long, length,
-  max}`, `{:too_many, count, max}`, `{:element, index, reason}` (in a list) and, for a nested
-  struct, the nested `{module, field, reason}`.
+  byte}` (a `:bool`, or the flag of an `:optional`), `:invalid_utf8`, `:varint_too_long` (more
+  than 5 bytes for a 32-bit varint, 10 for a 64-bit one), `:varint_overflow` (the value does
+  not fit its bits), `{:too_long, length, max}` (a string, a binary, `:rest`), `{:too_many,
+  count, max}`, `{:element, index, reason}` (in a list or an array) and, for a nested struct,
+  the nested `{module, field, reason}`. The reason for an `:optional` value that is there is
+  the value's own.
 
   Encode reasons: `{:out_of_range, value}`, `{:invalid, value}` (not a value of the type at
-  all), `{:too_long, size, max}`, `{:too_many, count, max}`, `:contains_nul` (a fixed string),
-  `:invalid_utf8`, `{:element, index, reason}` and a nested `{module, field, reason}`.
+  all, an improper list included), `{:too_long, size, max}` (for `{:bytes, n}`, more than `n`
+  bytes), `{:too_short, size, n}` (fewer than `n` bytes for `{:bytes, n}`), `{:too_many,
+  count, max}` (for `{:array, n, _}`, more than `n` elements), `{:too_few, count, n}` (fewer
+  than `n` elements for an array), `:contains_nul` (a fixed string), `:invalid_utf8`,
+  `{:element, index, reason}` and a nested `{module, field, reason}`.
   """
 
   import Bitwise
@@ -75,6 +81,14 @@ defmodule RakNet.Packet.Codec do
     end
   end
 
+  def encode({:bytes, n}, value) when is_binary(value) do
+    case byte_size(value) do
+      ^n -> {:ok, value}
+      size when size > n -> {:error, {:too_long, size, n}}
+      size -> {:error, {:too_short, size, n}}
+    end
+  end
+
   def encode({kind, prefix, max}, value) when kind in [:string, :binary] and is_binary(value) do
     size = byte_size(value)
 
@@ -100,13 +114,40 @@ defmodule RakNet.Packet.Codec do
   end
 
   def encode({:list, count, element, max}, value) when is_list(value) do
-    n = length(value)
+    case proper_length(value) do
+      nil ->
+        {:error, {:invalid, value}}
 
-    if n > max do
-      {:error, {:too_many, n, max}}
-    else
-      with {:ok, prefix} <- encode(count, n), do: encode_elements(element, value, 0, [prefix])
+      n when n > max ->
+        {:error, {:too_many, n, max}}
+
+      n ->
+        with {:ok, prefix} <- encode(count, n), do: encode_elements(element, value, 0, [prefix])
     end
+  end
+
+  def encode({:array, n, element}, value) when is_list(value) do
+    case proper_length(value) do
+      ^n -> encode_elements(element, value, 0, [])
+      nil -> {:error, {:invalid, value}}
+      count when count > n -> {:error, {:too_many, count, n}}
+      count -> {:error, {:too_few, count, n}}
+    end
+  end
+
+  def encode({:optional, _type}, nil), do: {:ok, <<0>>}
+
+  def encode({:optional, type}, value) do
+    case encode(type, value) do
+      {:ok, bin} -> {:ok, <<1, bin::binary>>}
+      error -> error
+    end
+  end
+
+  def encode({:rest, max}, value) when is_binary(value) do
+    if max != nil and byte_size(value) > max,
+      do: {:error, {:too_long, byte_size(value), max}},
+      else: {:ok, value}
   end
 
   def encode({:struct, module}, %{__struct__: module} = value), do: module.build(value)
@@ -120,6 +161,13 @@ defmodule RakNet.Packet.Codec do
       {:ok, bin} -> encode_elements(element, rest, i + 1, [bin | acc])
       {:error, reason} -> {:error, {:element, i, reason}}
     end
+  end
+
+  # length/1 raises on an improper list: a value to refuse, not a crash.
+  defp proper_length(list) do
+    length(list)
+  rescue
+    ArgumentError -> nil
   end
 
   defp varuint(value, acc) when value < 0x80, do: <<acc::binary, value>>
@@ -199,6 +247,13 @@ defmodule RakNet.Packet.Codec do
     end
   end
 
+  def decode({:bytes, n}, bin) do
+    case bin do
+      <<data::binary-size(n), rest::binary>> -> {:ok, data, rest}
+      _ -> {:error, :truncated}
+    end
+  end
+
   def decode({kind, prefix, max}, bin) when kind in [:string, :binary] do
     with {:ok, len, rest} <- decode(prefix, bin) do
       case rest do
@@ -230,12 +285,49 @@ defmodule RakNet.Packet.Codec do
     end
   end
 
+  # Integers cannot be malformed: all the elements as one binary, then a comprehension.
+  def decode({:array, n, {:int, bits, sign, endian}}, bin) do
+    size = div(bits, 8)
+
+    case bin do
+      <<data::binary-size(n * size), rest::binary>> ->
+        {:ok, int_elements(data, bits, sign, endian), rest}
+
+      _ ->
+        {:error, {:element, div(byte_size(bin), size), :truncated}}
+    end
+  end
+
+  def decode({:array, n, element}, bin), do: decode_elements(element, bin, 0, n, [])
+
+  def decode({:optional, _type}, <<0, rest::binary>>), do: {:ok, nil, rest}
+  def decode({:optional, type}, <<1, rest::binary>>), do: decode(type, rest)
+  def decode({:optional, _type}, <<b, _::binary>>), do: {:error, {:invalid_bool, b}}
+  def decode({:optional, _type}, _bin), do: {:error, :truncated}
+
+  def decode({:rest, max}, bin) when is_integer(max) and byte_size(bin) > max,
+    do: {:error, {:too_long, byte_size(bin), max}}
+
+  def decode({:rest, _max}, bin) when is_binary(bin), do: {:ok, bin, <<>>}
+  def decode({:rest, _max}, _bin), do: {:error, :truncated}
+
   def decode({:struct, module}, bin) do
     case module.__parse__(bin) do
       {:ok, _value, _rest} = ok -> ok
       :error -> decode_fields(module, bin)
     end
   end
+
+  defp int_elements(data, bits, :unsigned, :little),
+    do: for(<<v::size(bits)-little <- data>>, do: v)
+
+  defp int_elements(data, bits, :unsigned, :big), do: for(<<v::size(bits)-big <- data>>, do: v)
+
+  defp int_elements(data, bits, :signed, :little),
+    do: for(<<v::size(bits)-signed-little <- data>>, do: v)
+
+  defp int_elements(data, bits, :signed, :big),
+    do: for(<<v::size(bits)-signed-big <- data>>, do: v)
 
   defp decode_elements(_element, rest, n, n, acc), do: {:ok, Enum.reverse(acc), rest}
 
