@@ -20,23 +20,5 @@ defmodule RakNet.FixtureAppTest do
     assert output =~ "raknet 0.1.0 nif 2.15 protocols 6,10,11"
   end
 
-  defp mix(args) do
-    mix = System.find_executable("mix") || flunk("`mix` is not on the PATH")
-
-    System.cmd(mix, args,
-      cd: @fixture,
-      stderr_to_stdout: true,
-      # The fixture is a separate project: drop this run's Mix settings (MIX_ENV=test and any
-      # build or deps path overrides) so that it builds as a user's app would, into its own _build.
-      env: [
-        {"MIX_ENV", "dev"},
-        {"MIX_BUILD_PATH", nil},
-        {"MIX_BUILD_ROOT", nil},
-        {"MIX_DEPS_PATH", nil},
-        {"MIX_EXS", nil},
-        {"MIX_LOCKFILE", nil},
-        {"MIX_TARGET", nil}
-      ]
-    )
-  end
+  defp mix(args), do: RakNet.Test.MixProject.mix(@fixture, args)
 end

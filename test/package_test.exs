@@ -61,24 +61,10 @@ defmodule RakNet.PackageTest do
     end
   end
 
+  # A user's build: prod. Cargo builds into this checkout's target directory, so only the
+  # workspace's own crates compile again.
   defp mix(dir, args) do
-    mix = System.find_executable("mix") || flunk("`mix` is not on the PATH")
-
-    System.cmd(mix, args,
-      cd: dir,
-      stderr_to_stdout: true,
-      env: [
-        # A user's build: prod, none of this run's Mix settings. Cargo builds into this
-        # checkout's target directory, so only the workspace's own crates compile again.
-        {"MIX_ENV", "prod"},
-        {"CARGO_TARGET_DIR", System.get_env("CARGO_TARGET_DIR") || Path.join(@root, "target")},
-        {"MIX_BUILD_PATH", nil},
-        {"MIX_BUILD_ROOT", nil},
-        {"MIX_DEPS_PATH", nil},
-        {"MIX_EXS", nil},
-        {"MIX_LOCKFILE", nil},
-        {"MIX_TARGET", nil}
-      ]
-    )
+    target = System.get_env("CARGO_TARGET_DIR") || Path.join(@root, "target")
+    RakNet.Test.MixProject.mix(dir, args, [{"MIX_ENV", "prod"}, {"CARGO_TARGET_DIR", target}])
   end
 end

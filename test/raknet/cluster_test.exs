@@ -10,15 +10,7 @@ defmodule RakNet.ClusterTest do
   @moduletag timeout: 300_000
   @moduletag :capture_log
 
-  if System.get_env("RAKNET_NO_DISTRIBUTION") == "1" do
-    @moduletag skip: "RAKNET_NO_DISTRIBUTION=1"
-  end
-
-  setup_all do
-    {:ok, started?} = Cluster.ensure_distributed()
-    if started?, do: on_exit(fn -> :net_kernel.stop() end)
-    :ok
-  end
+  use RakNet.Test.ClusterCase
 
   defp peers(roles), do: roles |> peers_and_nodes() |> Enum.map(&elem(&1, 1))
 

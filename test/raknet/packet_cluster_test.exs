@@ -15,19 +15,7 @@ defmodule RakNet.PacketClusterTest do
   # The example's modules, on this node too (the client encodes and decodes its packets).
   Code.require_file(@example)
 
-  # Distribution must start (the helper starts epmd if need be): where it cannot, the tests
-  # fail in setup_all rather than skip. A machine that cannot run it at all (no network
-  # stack) opts out with RAKNET_NO_DISTRIBUTION=1.
-  if System.get_env("RAKNET_NO_DISTRIBUTION") == "1" do
-    @moduletag skip: "RAKNET_NO_DISTRIBUTION=1"
-  end
-
-  setup_all do
-    {:ok, started?} = Cluster.ensure_distributed()
-    # Other test modules find the node as it was.
-    if started?, do: on_exit(fn -> :net_kernel.stop() end)
-    :ok
-  end
+  use RakNet.Test.ClusterCase
 
   defp peer(role) do
     name = :"raknet_#{role}_#{System.unique_integer([:positive])}"

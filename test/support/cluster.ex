@@ -283,3 +283,28 @@ defmodule RakNet.Test.Cluster do
     send(pid, {:log, node(), level, text})
   end
 end
+
+defmodule RakNet.Test.ClusterCase do
+  @moduledoc """
+  `use RakNet.Test.ClusterCase` in an `ExUnit.Case` module whose tests run `:peer` nodes: the
+  test node is made distributed once for the module (the helper starts epmd if need be), and
+  stops being so after it if it was not before. Where distribution cannot start the module
+  fails in `setup_all` rather than skip; a machine that cannot run it at all (no network
+  stack) opts out with RAKNET_NO_DISTRIBUTION=1.
+  """
+
+  defmacro __using__(_opts) do
+    quote do
+      if System.get_env("RAKNET_NO_DISTRIBUTION") == "1" do
+        @moduletag skip: "RAKNET_NO_DISTRIBUTION=1"
+      end
+
+      setup_all do
+        {:ok, started?} = RakNet.Test.Cluster.ensure_distributed()
+        # Other test modules find the node as it was.
+        if started?, do: on_exit(fn -> :net_kernel.stop() end)
+        :ok
+      end
+    end
+  end
+end

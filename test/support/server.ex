@@ -115,3 +115,23 @@ defmodule RakNet.Test.Wait do
     end
   end
 end
+
+defmodule RakNet.Test.MixProject do
+  @moduledoc """
+  Runs `mix` in another project (a fixture app, a copy of the package) as a user's shell
+  would: none of this run's Mix settings (MIX_ENV=test, build or deps path overrides), so it
+  builds into its own _build; `env` adds to that.
+  """
+
+  import ExUnit.Assertions, only: [flunk: 1]
+
+  @spec mix(Path.t(), [String.t()], [{String.t(), String.t() | nil}]) ::
+          {String.t(), non_neg_integer()}
+  def mix(dir, args, env \\ []) do
+    mix = System.find_executable("mix") || flunk("`mix` is not on the PATH")
+    cleared = ~w(MIX_BUILD_PATH MIX_BUILD_ROOT MIX_DEPS_PATH MIX_EXS MIX_LOCKFILE MIX_TARGET)
+    defaults = Map.new([{"MIX_ENV", "dev"} | Enum.map(cleared, &{&1, nil})])
+    env = defaults |> Map.merge(Map.new(env)) |> Enum.to_list()
+    System.cmd(mix, args, cd: dir, stderr_to_stdout: true, env: env)
+  end
+end

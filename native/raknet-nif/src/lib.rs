@@ -250,43 +250,44 @@ fn endpoint_start<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> Term<'a>
     }
 }
 
-/// The client GUID table of each server of this VM, by the server's GUID (see
-/// [`raknet_proto::GuidTable`]); a table goes when its groups do.
-static GUID_TABLES: Mutex<Vec<(u64, Weak<GuidTable>)>> = Mutex::new(Vec::new());
+/// Values the endpoints that name one key share, each kept for as long as one of them holds
+/// it.
+type Shared<T> = Mutex<Vec<(u64, Weak<T>)>>;
 
-fn guid_table(server_guid: u64) -> Arc<GuidTable> {
-    let mut tables = GUID_TABLES.lock().unwrap_or_else(|p| p.into_inner());
-    tables.retain(|(_, t)| t.strong_count() > 0);
-    if let Some(table) = tables
-        .iter()
-        .find(|(g, _)| *g == server_guid)
-        .and_then(|(_, t)| t.upgrade())
-    {
-        return table;
-    }
-    let table = Arc::new(GuidTable::default());
-    tables.push((server_guid, Arc::downgrade(&table)));
-    table
-}
-
-/// The group of each server of this VM that listens on more than one socket, by the key its
-/// listener gives every socket (`server_group`); a group goes when its endpoints do.
-static SERVER_GROUPS: Mutex<Vec<(u64, Weak<EndpointGroup>)>> = Mutex::new(Vec::new());
-
-/// The group of the server `key`, or a new one (with `guid`'s GUID table) for its first socket.
-fn server_group(key: u64, guid: u64) -> Arc<EndpointGroup> {
-    let mut groups = SERVER_GROUPS.lock().unwrap_or_else(|p| p.into_inner());
-    groups.retain(|(_, g)| g.strong_count() > 0);
-    if let Some(group) = groups
+/// The value of `key` in `registry`, or a new one from `make` if none is held.
+fn shared<T>(registry: &Shared<T>, key: u64, make: impl FnOnce() -> T) -> Arc<T> {
+    let mut values = registry.lock().unwrap_or_else(|p| p.into_inner());
+    values.retain(|(_, v)| v.strong_count() > 0);
+    if let Some(value) = values
         .iter()
         .find(|(k, _)| *k == key)
-        .and_then(|(_, g)| g.upgrade())
+        .and_then(|(_, v)| v.upgrade())
     {
-        return group;
+        return value;
     }
-    let group = Arc::new(EndpointGroup::sharing_guids(guid_table(guid)));
-    groups.push((key, Arc::downgrade(&group)));
-    group
+    let value = Arc::new(make());
+    values.push((key, Arc::downgrade(&value)));
+    value
+}
+
+/// The client GUID table of each server of this VM, by the server's GUID (see
+/// [`raknet_proto::GuidTable`]).
+static GUID_TABLES: Shared<GuidTable> = Mutex::new(Vec::new());
+
+/// The group of each server of this VM that listens on more than one socket, by the key its
+/// listener gives every socket (`server_group`).
+static SERVER_GROUPS: Shared<EndpointGroup> = Mutex::new(Vec::new());
+
+fn guid_table(server_guid: u64) -> Arc<GuidTable> {
+    shared(&GUID_TABLES, server_guid, GuidTable::default)
+}
+
+/// The group of the server `key`, or a new one (with `guid`'s GUID table) for its first
+/// socket. (Locks are taken in this order only: groups, then tables.)
+fn server_group(key: u64, guid: u64) -> Arc<EndpointGroup> {
+    shared(&SERVER_GROUPS, key, || {
+        EndpointGroup::sharing_guids(guid_table(guid))
+    })
 }
 
 /// The most endpoint threads one group may have.
