@@ -3,7 +3,10 @@
 //! 1. raw loopback UDP datagrams/s through one socket (a sender thread blasting 64-byte
 //!    datagrams at a receiver thread), and the CPU time a datagram costs there (both threads,
 //!    sending and receiving, per datagram received; Linux), and
-//! 2. raw UDP round trip (a blocking echo thread) at 1,000 pings per second: p50/p99.
+//! 2. raw UDP round trip (a blocking echo thread) at 1,000 pings per second: p50/p99, with a
+//!    client that sleeps between pings (as `raknet-load` does: the reference for RakNet's
+//!    echo round trip, whose every hop wakes a sleeping thread) and one that spins (no
+//!    wake-up on the client side; on 2 cores it also competes with the echo thread).
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -67,7 +70,14 @@ fn cpu_seconds() -> Option<f64> {
     raknet_bench::cpu_ticks(std::process::id()).map(|t| t as f64 / raknet_bench::USER_HZ)
 }
 
-fn latency() -> (f64, f64) {
+/// How the latency client waits for its next ping.
+#[derive(Clone, Copy)]
+enum Pacing {
+    Sleep,
+    Spin,
+}
+
+fn latency(pacing: Pacing) -> (f64, f64) {
     let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
     echo.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
@@ -92,8 +102,13 @@ fn latency() -> (f64, f64) {
     let mut buf = [0u8; 2048];
     let mut next = Instant::now();
     for i in 0..3000u32 {
-        while Instant::now() < next {
-            std::hint::spin_loop();
+        match pacing {
+            Pacing::Sleep => thread::sleep(next.saturating_duration_since(Instant::now())),
+            Pacing::Spin => {
+                while Instant::now() < next {
+                    std::hint::spin_loop();
+                }
+            }
         }
         next += Duration::from_millis(1);
         let t = Instant::now();
@@ -123,6 +138,12 @@ fn main() {
             "raw UDP CPU per datagram received (sender and receiver threads): median {us:.2} µs"
         );
     }
-    let (p50, p99) = latency();
-    println!("raw UDP round trip at 1,000/s: p50 {p50:.1} µs, p99 {p99:.1} µs (3,000 pings)");
+    let (p50, p99) = latency(Pacing::Sleep);
+    println!(
+        "raw UDP round trip at 1,000/s, client sleeping between pings: p50 {p50:.1} µs, p99 {p99:.1} µs (3,000 pings)"
+    );
+    let (p50, p99) = latency(Pacing::Spin);
+    println!(
+        "raw UDP round trip at 1,000/s, client spinning between pings: p50 {p50:.1} µs, p99 {p99:.1} µs (3,000 pings)"
+    );
 }
