@@ -14,6 +14,13 @@ defmodule Bench.Handler do
 end
 
 defimpl RakNet.Client, for: Bench.Handler do
+  # The MMO scenario (`mmo: zone_size`): each connection joins the zone of its arrival order.
+  def new(h, connection, %{mmo: size, arrivals: arrivals} = opts) when is_integer(size) do
+    zone = div(:atomics.add_get(arrivals, 1, 1) - 1, size)
+    :ok = RakNet.Group.join(connection, {:bench_zone, zone})
+    %{h | connection: connection, opts: Map.put(opts, :zone, {:bench_zone, zone})}
+  end
+
   def new(h, connection, opts), do: %{h | connection: connection, opts: opts}
 
   # The official sender's end-of-run marker: note the time and hang up, which ends the sender.
@@ -24,6 +31,15 @@ defimpl RakNet.Client, for: Bench.Handler do
 
   def receive(h, 0x88, buffer, _transit),
     do: send(h.opts.notify, {:bulk, byte_size(buffer) + 1, System.monotonic_time(:microsecond)})
+
+  # A player's position, broadcast to the other players of its zone.
+  def receive(%{opts: %{zone: zone}} = h, type, buffer, _transit) do
+    :counters.add(h.opts.counter, 1, 1)
+
+    RakNet.Group.broadcast(zone, :unreliable_sequenced, <<type, buffer::binary>>,
+      except: [h.connection]
+    )
+  end
 
   def receive(h, type, buffer, _transit) do
     counter = h.opts.counter
