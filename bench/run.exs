@@ -118,7 +118,7 @@ defmodule Bench do
     }
 
     {:ok, sup} =
-      RakNet.Server.start_link(Bench.Handler, 0,
+      RakNet.Server.start_link(if(opts[:mmo], do: Bench.MmoHandler, else: Bench.Handler), 0,
         ip: "127.0.0.1",
         open_ipv6_socket: false,
         max_connections: 20_000,
