@@ -132,6 +132,7 @@ defmodule Bench do
         max_messages_per_sec: nil,
         new_connections_per_ip_per_sec: 100_000,
         client_data: client_data,
+        send_delay_ms: Keyword.get(opts, :send_delay_ms, 0),
         # BENCH_BATCH=0: one {:raknet, ...} per message to the connection processes instead
         # of the default {:raknet_batch, ...}.
         batch_delivery: System.get_env("BENCH_BATCH", "1") == "1",
@@ -572,7 +573,7 @@ defmodule Bench do
   """
   def mmo(players) do
     pinned(fn ->
-      with_server([mmo: 50], fn server ->
+      with_server([mmo: 50, send_delay_ms: mmo_send_delay()], fn server ->
         args =
           ~w(--connections #{players} --rate 10 --size 32 --reliability unreliable_sequenced --duration 6)
 
@@ -580,6 +581,9 @@ defmodule Bench do
       end)
     end) || %{failed: "needs taskset and 2 CPUs"}
   end
+
+  @doc "Scenario 9's `:send_delay_ms` (BENCH_MMO_DELAY; default 0, the server default)."
+  def mmo_send_delay, do: String.to_integer(System.get_env("BENCH_MMO_DELAY", "0"))
 
   @doc """
   Scenario 10: the most connections x 20 msg/s (40 B, echoed) one pinned core holds with no
@@ -1119,10 +1123,10 @@ rows =
       do: [],
       else: [
         [
-          "9. MMO: #{f.(mmo_players)} players, zones of 50, 32 B at 10 Hz broadcast to the zone",
+          "9. MMO: #{f.(mmo_players)} players, zones of 50, 32 B at 10 Hz broadcast to the zone, send_delay_ms: #{Bench.mmo_send_delay()}",
           c.(
             mmo,
-            "#{f.(mmo_in)} deliveries/s (#{x.(Bench.ratio(mmo_in, mmo_expected))} of #{f.(mmo_expected)}), server CPU #{f.(m.(mmo, :server_cpu_share_of_one_core))} core, p50 / p99 #{f.(m.(mmo, :p50_ms))} / #{f.(m.(mmo, :p99_ms))} ms"
+            "#{f.(mmo_in)} deliveries/s (#{x.(Bench.ratio(mmo_in, mmo_expected))} of #{f.(mmo_expected)}), server CPU #{f.(m.(mmo, :server_cpu_share_of_one_core))} core (endpoint threads #{threads.(m.(mmo, :endpoint_threads_cpu))}), p50 / p99 #{f.(m.(mmo, :p50_ms))} / #{f.(m.(mmo, :p99_ms))} ms, server datagrams per recv / send call #{syscalls.(m.(mmo, :server_datagrams_per_syscall))}"
           ),
           "all on one pinned core, p99 <= 50 ms",
           "#{f.(Bench.ratio(mmo_in, m.(mmo, :server_cpu_share_of_one_core)))} deliveries/s per server core; load tester #{f.(m.(mmo, :load_tester_cpu_share_of_one_core))} core (pinned to the other CPU)"

@@ -754,6 +754,7 @@ defmodule RakNet.ServerTest do
                  :max_send_bytes,
                  :max_message_bytes,
                  :max_messages_per_sec,
+                 :send_delay_ms,
                  :handshake_timeout_ms,
                  :max_half_open,
                  :max_half_open_per_ip,

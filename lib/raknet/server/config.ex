@@ -173,6 +173,12 @@ defmodule RakNet.Server.Config do
       what `RakNet.Server.ban/3` takes, an address, a network (`"2001:db8::/48"`,
       `{{198, 51, 100, 0}, 24}`) or `{:guid, guid}`. Kept across restarts of the listener
       with the bans made later. Default `[]`.
+    * `:send_delay_ms` - how long a small message may wait for others to the same client to
+      share its datagram: data under a datagram's worth (nothing `:immediate`, nothing to
+      resend) leaves once its oldest message has waited this long, or once it fills a
+      datagram. A server that broadcasts many small messages (positions to a zone) then
+      sends each player a few datagrams per tick instead of one per message, for up to this
+      much latency. Default `0`: sent at once, as official RakNet does; at most 1 000.
     * `:telemetry_interval_ms` - how often the server emits its `[:raknet, :server, :stats]`
       telemetry event (and `:refused` / `:limited`), see `RakNet.Telemetry`; `nil` never.
       Only when the `:telemetry` module is available. Default `1_000`; at least 100.
@@ -256,6 +262,7 @@ defmodule RakNet.Server.Config do
           | {:batch_delivery, boolean()}
           | {:inline_sends, boolean()}
           | {:bans, [RakNet.Server.ban_target()]}
+          | {:send_delay_ms, 0..1000}
           | {:accept, nil | (map() -> :ok | {:refuse, term()}) | {module(), atom(), list()}}
 
   @enforce_keys [:client_module, :port]
@@ -304,6 +311,7 @@ defmodule RakNet.Server.Config do
             batch_delivery: true,
             inline_sends: true,
             bans: [],
+            send_delay_ms: 0,
             accept: nil,
             ignored_options: [],
             # :ip given (not loopback) without :ipv6_ip: the IPv6 socket takes every interface.
@@ -560,6 +568,15 @@ defmodule RakNet.Server.Config do
         "nil or a positive integer (at most 2^32 - 1)"
       )
 
+  defp validate(:send_delay_ms, value),
+    do:
+      check(
+        :send_delay_ms,
+        value,
+        is_integer(value) and value in 0..1_000,
+        "an integer in 0..1000 (ms)"
+      )
+
   defp validate(:accept, value),
     do:
       check(
@@ -720,6 +737,7 @@ defmodule RakNet.Server.Config do
       max_send_bytes: c.max_send_bytes,
       max_message_bytes: c.max_message_bytes,
       max_messages_per_sec: c.max_messages_per_sec,
+      send_delay_ms: c.send_delay_ms,
       congestion_control: c.congestion_control,
       batch_delivery: c.batch_delivery,
       inline_sends: c.inline_sends,

@@ -214,6 +214,8 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         congestion: congestion_option(map)?.unwrap_or(d.congestion),
         timeout: ms("timeout_ms")?.unwrap_or(d.timeout),
         handshake_timeout: ms("handshake_timeout_ms")?.unwrap_or(d.handshake_timeout),
+        send_delay: opt::<u64>(map, "send_delay_ms")?
+            .map_or(d.send_delay, |ms| Duration::from_millis(ms.min(1_000))),
         offline_ping_response: match opt::<rustler::Binary>(map, "offline_ping_response")? {
             Some(b) => bytes::Bytes::copy_from_slice(b.as_slice()),
             None => d.offline_ping_response.clone(),
@@ -279,8 +281,9 @@ pub(crate) fn defaults(env: Env<'_>) -> Term<'_> {
     let (l, a) = (&d.limits, &d.admission);
     let budget = crate::resource::DeliveryBudget::default();
     let ms = |t: Duration| t.as_millis() as u64;
-    let numbers: [(&str, u64); 23] = [
+    let numbers: [(&str, u64); 24] = [
         ("min_mtu", u64::from(d.min_mtu)),
+        ("send_delay_ms", ms(d.send_delay)),
         ("max_mtu", u64::from(d.max_mtu)),
         ("timeout_ms", ms(d.timeout)),
         ("handshake_timeout_ms", ms(d.handshake_timeout)),

@@ -402,6 +402,13 @@ pub struct EndpointConfig {
     /// merely reordered arrives within it and no spurious resend happens. Official RakNet
     /// NAKs at once (zero). Default 5 ms.
     pub nak_delay: Duration,
+    /// How long a message may wait for others to the same peer to share its datagram: data
+    /// less than a datagram's worth, none of it `Immediate` and nothing to resend, is sent
+    /// once its oldest message has waited this long (or once the queue fills a datagram).
+    /// A game server that broadcasts many small messages (positions to a zone) sends a few
+    /// datagrams per peer per tick instead of one per message, at the price of up to this
+    /// much latency. Zero (the default) sends at once, as official RakNet does.
+    pub send_delay: Duration,
     /// Congestion control of the data we send. Default [`CongestionControl::Reno`].
     pub congestion: CongestionControl,
     /// Unreliable messages queued longer than this are discarded unsent. Default 1 s.
@@ -446,6 +453,7 @@ impl Default for EndpointConfig {
             ping_interval: Duration::from_secs(5),
             ack_delay: Duration::from_millis(10),
             nak_delay: Duration::from_millis(5),
+            send_delay: Duration::ZERO,
             congestion: CongestionControl::default(),
             unreliable_timeout: Duration::from_secs(1),
             close_linger: Duration::from_secs(1),

@@ -49,11 +49,14 @@ impl Connection {
         }
         if self.flight.has_resends() || !self.queue.is_empty() {
             // Queued data waiting on the window is released by ACKs, not timers; but
-            // unreliable messages expire.
+            // unreliable messages expire, and data held for company leaves after its delay.
             min(self
                 .queue
                 .oldest_unreliable()
                 .map(|t| t + self.config.unreliable_timeout));
+            if !self.config.send_delay.is_zero() {
+                min(self.queue.oldest().map(|t| t + self.config.send_delay));
+            }
         }
         t
     }
@@ -185,6 +188,20 @@ impl Connection {
         true
     }
 
+    /// Whether new data waits for more to share its datagram ([`EndpointConfig::send_delay`]):
+    /// less than a datagram's worth, nothing `Immediate`, nothing to resend, not closing, and
+    /// its oldest message queued less than the delay ago.
+    pub(super) fn coalescing(&self, now: Instant, probing: bool) -> bool {
+        let delay = self.config.send_delay;
+        !delay.is_zero()
+            && !probing
+            && !self.flight.has_resends()
+            && matches!(self.state, State::Connected)
+            && !self.queue.has_immediate()
+            && self.queue.bytes < self.udp_budget()
+            && self.queue.oldest().is_some_and(|t| now < t + delay)
+    }
+
     pub(super) fn write_data(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
         if matches!(self.state, State::Draining { .. }) {
             return false;
@@ -197,6 +214,9 @@ impl Connection {
         self.probe_pending = probing;
         let window_open = self.flight.bytes_in_flight < self.cc.window() || probing;
         if !window_open || (!self.flight.has_resends() && self.queue.is_empty()) {
+            return false;
+        }
+        if self.coalescing(now, probing) {
             return false;
         }
         if self.flight.all_acked() {

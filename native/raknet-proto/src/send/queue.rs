@@ -205,6 +205,22 @@ impl SendQueue {
             .min()
     }
 
+    /// When the oldest frame waiting was queued (each of a lane's two queues is in the order
+    /// queued: their fronts are the oldest).
+    pub(crate) fn oldest(&self) -> Option<Instant> {
+        self.queues
+            .iter()
+            .flat_map(|l| [l.reliable.front(), l.unreliable.front()])
+            .flatten()
+            .map(|(_, p)| p.queued_at)
+            .min()
+    }
+
+    /// Whether an `Immediate` frame is waiting.
+    pub(crate) fn has_immediate(&self) -> bool {
+        !self.queues[0].is_empty()
+    }
+
     /// Queue a message, split into fragments of at most `max_fragment` bytes. Returns the
     /// number of frames queued.
     pub(crate) fn push(

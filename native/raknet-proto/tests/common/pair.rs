@@ -151,6 +151,12 @@ impl Pair {
         true
     }
 
+    /// Exchange what can move now (sends made since the last step included), without
+    /// advancing the clock.
+    pub fn flush(&mut self) {
+        self.settle();
+    }
+
     /// Exchange everything due before `t`, then stand at `t` (`drive_until` steps on to the
     /// next deadline, which may be seconds away once the connection is quiet).
     pub fn advance_to(&mut self, t: Instant) {
