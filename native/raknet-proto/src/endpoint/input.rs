@@ -16,27 +16,15 @@ impl Endpoint {
         if self.bans.is_banned(from.ip(), now_ms) {
             self.stats.banned += 1;
             // Only connection attempts learn why, and only those at least as long as the
-            // answer, within a budget: answering every datagram would make us a reflector
-            // (§14 item 12), and a bare 17-byte stub got the 25-byte 0x17.
+            // answer (a bare 17-byte stub got the 25-byte 0x17).
             if OfflineMessage::is_offline(&datagram)
                 && matches!(
                     first,
                     id::OPEN_CONNECTION_REQUEST_1 | id::OPEN_CONNECTION_REQUEST_2
                 )
                 && datagram.len() >= BANNED_REPLY_LEN
-                && self.banned_reply_budget.take(
-                    now_ms,
-                    1,
-                    BANNED_REPLIES_PER_SEC,
-                    BANNED_REPLIES_PER_SEC,
-                )
             {
-                self.queue_offline(
-                    from,
-                    &ConnectionBanned {
-                        server_guid: self.guid,
-                    },
-                );
+                self.reply_banned(now_ms, from);
             }
             return;
         }
@@ -290,15 +278,7 @@ impl Endpoint {
         let guid = self.guid;
         if self.guid_bans.is_banned(req.client_guid, now_ms) {
             self.stats.banned += 1;
-            if self.banned_reply_budget.take(
-                now_ms,
-                1,
-                BANNED_REPLIES_PER_SEC,
-                BANNED_REPLIES_PER_SEC,
-            ) {
-                self.queue_offline(from, &ConnectionBanned { server_guid: guid });
-            }
-            return;
+            return self.reply_banned(now_ms, from);
         }
         if self.by_addr.contains_key(&from)
             || self.by_guid.contains_key(&req.client_guid)
