@@ -154,7 +154,7 @@ defmodule RakNet.Packet.Router do
       {:error, {:overloaded, target}}
     else
       GenServer.cast(pid, {:raknet_packet, packet, context})
-      Stats.dispatched(%{router: router, packet: module, target: target})
+      Stats.dispatched(router, module, target)
     end
   end
 

@@ -26,11 +26,21 @@ defmodule RakNet.Packet.Stats do
   end
 
   @doc false
-  # A packet cast to its target; `[:raknet, :packet, :dispatch]` with `metadata`.
-  def dispatched(metadata \\ %{}) do
+  # A packet cast to its target; `[:raknet, :packet, :dispatch]` when telemetry is there (its
+  # metadata built only then: this runs for every packet).
+  def dispatched(router, packet, target) do
     {counters, _, _} = refs()
     :counters.add(counters, 1, 1)
-    RakNet.Telemetry.execute([:raknet, :packet, :dispatch], %{count: 1}, metadata)
+
+    if RakNet.Telemetry.enabled?() do
+      RakNet.Telemetry.execute([:raknet, :packet, :dispatch], %{count: 1}, %{
+        router: router,
+        packet: packet,
+        target: target
+      })
+    end
+
+    :ok
   end
 
   @doc false
