@@ -319,16 +319,7 @@ pub(crate) async fn nak_attack(
     traffic: &Rc<Traffic>,
 ) -> Result<String, String> {
     let mut rng = Rng(seed());
-    let mut c = raw_connect(
-        Ipv4Addr::new(127, 4, 0, 1),
-        ctx.server,
-        11,
-        1492,
-        rng.next(),
-        ctx.epoch,
-        traffic,
-    )
-    .await?;
+    let mut c = own_connection(ctx, Ipv4Addr::new(127, 4, 0, 1), rng.next(), traffic).await?;
     for k in 0..NAK_BAIT_COUNT {
         let mut payload = vec![ECHO_ID];
         payload.extend_from_slice(&(k as u64).to_be_bytes());
@@ -383,16 +374,7 @@ pub(crate) async fn far_ahead(
     traffic: &Rc<Traffic>,
 ) -> Result<String, String> {
     let mut rng = Rng(seed());
-    let mut c = raw_connect(
-        Ipv4Addr::new(127, 4, 0, 2),
-        ctx.server,
-        11,
-        1492,
-        rng.next(),
-        ctx.epoch,
-        traffic,
-    )
-    .await?;
+    let mut c = own_connection(ctx, Ipv4Addr::new(127, 4, 0, 2), rng.next(), traffic).await?;
     let mut buf = vec![0u8; 2048];
     let start = Instant::now();
     let mut sent = 0u64;
@@ -450,16 +432,7 @@ pub(crate) async fn repeat_09(
 ) -> Result<String, String> {
     let mut rng = Rng(seed());
     let guid = rng.next();
-    let mut c = raw_connect(
-        Ipv4Addr::new(127, 4, 0, 3),
-        ctx.server,
-        11,
-        1492,
-        guid,
-        ctx.epoch,
-        traffic,
-    )
-    .await?;
+    let mut c = own_connection(ctx, Ipv4Addr::new(127, 4, 0, 3), guid, traffic).await?;
     let base_10 = c.frame_ids[usize::from(id::CONNECTION_REQUEST_ACCEPTED)];
     let mut buf = vec![0u8; 2048];
     let start = Instant::now();
@@ -511,7 +484,7 @@ pub(crate) async fn gap_hold(
     let mut refusals = 0u32;
     // The per-address connection rate lets 20 through at once, then 20 a second.
     while conns.len() < GAP_HOLD_CONNS && Instant::now() < end {
-        match raw_connect(ip, ctx.server, 11, 1492, rng.next(), ctx.epoch, traffic).await {
+        match own_connection(ctx, ip, rng.next(), traffic).await {
             Ok(c) => conns.push((c, [1u32; 32])),
             Err(_) => {
                 refusals += 1;
@@ -636,16 +609,7 @@ pub(crate) async fn frame_flood(
     traffic: &Rc<Traffic>,
 ) -> Result<String, String> {
     let mut rng = Rng(seed());
-    let mut c = raw_connect(
-        Ipv4Addr::new(127, 4, 0, 9),
-        ctx.server,
-        11,
-        1492,
-        rng.next(),
-        ctx.epoch,
-        traffic,
-    )
-    .await?;
+    let mut c = own_connection(ctx, Ipv4Addr::new(127, 4, 0, 9), rng.next(), traffic).await?;
     let mut buf = vec![0u8; 2048];
     let start = Instant::now();
     let (mut sent, mut messages) = (0u64, 0u64);
@@ -688,16 +652,7 @@ pub(crate) async fn slow_reader(
     traffic: &Rc<Traffic>,
 ) -> Result<String, String> {
     let mut rng = Rng(seed());
-    let mut c = raw_connect(
-        Ipv4Addr::new(127, 4, 0, 10),
-        ctx.server,
-        11,
-        1492,
-        rng.next(),
-        ctx.epoch,
-        traffic,
-    )
-    .await?;
+    let mut c = own_connection(ctx, Ipv4Addr::new(127, 4, 0, 10), rng.next(), traffic).await?;
     let mut buf = vec![0u8; 2048];
     let start = Instant::now();
     let mut last_ack = start;
@@ -767,7 +722,7 @@ pub(crate) async fn guid_takeover(
     while Instant::now() < end {
         port_ip = port_ip.wrapping_add(1).max(1);
         let ip = Ipv4Addr::new(127, 4, 1, port_ip);
-        match raw_connect(ip, ctx.server, 11, 1492, guid, ctx.epoch, traffic).await {
+        match own_connection(ctx, ip, guid, traffic).await {
             Ok(_) => taken += 1,
             Err(e) if e.contains("0x12") => refused += 1,
             Err(_) => other += 1,
@@ -961,4 +916,14 @@ pub(crate) mod raw {
             Err(io::ErrorKind::Unsupported.into())
         }
     }
+}
+
+/// A connection of our own from `ip` with `guid`, as the player's: protocol 11, MTU 1492.
+async fn own_connection(
+    ctx: &Ctx,
+    ip: Ipv4Addr,
+    guid: u64,
+    traffic: &Traffic,
+) -> Result<RawConn, String> {
+    raw_connect(ip, ctx.server, 11, 1492, guid, ctx.epoch, traffic).await
 }
