@@ -136,36 +136,34 @@ pub fn btree<K, V>(m: &BTreeMap<K, V>) -> usize {
 /// to matter, large enough that it is not reallocated on every trim.
 const KEEP: usize = 4;
 
-/// The capacity a container of `len` elements and `cap` capacity trims to, if it should. An
-/// empty one gives everything back (one allocation per ping interval when it fills again):
-/// kept, a small capacity once reached is never given back, and over a long run more and
-/// more connections sit at the largest such step. In the 1,000-connection soak the
-/// datagram records did that: nine in ten connections held none at any moment, yet the
-/// records' memory grew for the whole run (issue #35).
+/// The capacity a container of `len` elements and `cap` capacity trims to, if it should:
+/// twice its length, at least [`KEEP`]; nothing when empty. Any capacity over that goes back
+/// at once (at most one reallocation per container per ping interval), so that no capacity
+/// once reached is kept: with a rule that kept what was under a quarter full, ever more
+/// connections came to sit at the largest capacity their few elements allowed, and the total
+/// grew for the whole run. In the 1,000-connection soak the datagram records did that while
+/// empty, and then the send queues with one or two frames in a capacity of eight (issue #35).
 fn trimmed(len: usize, cap: usize) -> Option<usize> {
-    if len == 0 {
-        return (cap > 0).then_some(0);
-    }
-    let keep = (len * 2).max(KEEP);
-    (cap > 2 * keep && len * 4 < cap).then_some(keep)
+    let keep = if len == 0 { 0 } else { (len * 2).max(KEEP) };
+    (cap > keep).then_some(keep)
 }
 
-/// Give back most of a `Vec`'s capacity when it holds under a quarter of it.
+/// Give back a `Vec`'s capacity beyond twice its length (see [`trimmed`]).
 pub(crate) fn trim_vec<T>(v: &mut Vec<T>) {
     if let Some(keep) = trimmed(v.len(), v.capacity()) {
         v.shrink_to(keep);
     }
 }
 
-/// Give back most of a `VecDeque`'s capacity when it holds under a quarter of it.
+/// Give back a `VecDeque`'s capacity beyond twice its length (see [`trimmed`]).
 pub(crate) fn trim_deque<T>(v: &mut VecDeque<T>) {
     if let Some(keep) = trimmed(v.len(), v.capacity()) {
         v.shrink_to(keep);
     }
 }
 
-/// Give back most of a `HashMap`'s table when it holds under a quarter of its capacity;
-/// an empty map frees its table entirely (most of a connection's 32 channels never hold a
+/// Give back a `HashMap`'s table beyond what twice its length needs (see [`trimmed`]); an
+/// empty map frees its table entirely (most of a connection's 32 channels never hold a
 /// message).
 pub(crate) fn trim_map<K: Eq + Hash, V, S: BuildHasher>(m: &mut HashMap<K, V, S>) {
     if m.is_empty() {
@@ -194,6 +192,13 @@ mod tests {
         w.extend(0..32);
         trim_vec(&mut w);
         assert_eq!(w.capacity(), 64);
+
+        // A few elements where a burst once made room for eight: back to the floor (kept,
+        // such capacities added up over a long run).
+        let mut few: VecDeque<u64> = VecDeque::with_capacity(8);
+        few.extend([1, 2]);
+        trim_deque(&mut few);
+        assert_eq!(few.capacity(), KEEP);
 
         // Empty: everything goes back, however small.
         let mut e: VecDeque<u64> = VecDeque::with_capacity(8);
