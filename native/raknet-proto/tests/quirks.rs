@@ -5,7 +5,11 @@
 //!   Reply1 carrying a cookie;
 //! * rust-raknet and rak-rs cannot read the cookie either, and put their own 0x09 time in
 //!   the "ping time" of 0x13, where our 0x10 time belongs;
-//! * rak-rs numbers its datagrams anew after the handshake.
+//! * rust-raknet sends its 0x09 reliable-ordered (official sends it reliable), so its 0x13
+//!   has ordering index 1;
+//! * rak-rs numbers its datagrams anew after the handshake, and reads 0x10 outside its
+//!   ordering: a 0x10 sent ordered (as official sends it) leaves it waiting for ever for
+//!   the ordering index 0 that 0x10 took.
 //!
 //! Each client here is scripted datagram by datagram on the virtual clock. Under a spoofed
 //! flood the server turns strict (cookies, echoes required) within a second, a client that
@@ -36,12 +40,12 @@ fn drain(ep: &mut Endpoint, now: Instant, to: SocketAddr) -> Vec<Bytes> {
     out
 }
 
-/// The connected messages (payloads) of the data datagrams in `datagrams`.
-fn messages(datagrams: &[Bytes]) -> Vec<Bytes> {
+/// The frames of the data datagrams in `datagrams`.
+fn frames(datagrams: &[Bytes]) -> Vec<Frame> {
     let mut out = Vec::new();
     for d in datagrams {
         if let Ok(Datagram::Data { body, .. }) = Datagram::decode(d.clone(), false) {
-            out.extend(Frames::new(body).flatten().map(|f| f.payload));
+            out.extend(Frames::new(body).flatten());
         }
     }
     out
@@ -58,6 +62,10 @@ struct Quirks {
     no_cookies: bool,
     /// Data datagrams after the handshake are numbered from 1 again (rak-rs).
     restart_numbers: bool,
+    /// 0x09 in a reliable-ordered frame, ordering index 0 (rust-raknet).
+    ordered_request: bool,
+    /// Reads 0x10 outside its ordering (rak-rs): fails if 0x10 came ordered.
+    unordered_accepted: bool,
     /// Stops once 0x10 came: never sends its 0x13 (an attacker holding a reserved slot).
     stop_at_accepted: bool,
 }
@@ -141,21 +149,27 @@ fn scripted(
         password: Bytes::new(),
     }
     .to_vec();
-    let reliability = if quirks.unreliable_request {
-        Reliability::Unreliable
-    } else {
-        Reliability::Reliable
+    let reliability = match (quirks.unreliable_request, quirks.ordered_request) {
+        (true, _) => Reliability::Unreliable,
+        (false, true) => Reliability::ReliableOrdered,
+        (false, false) => Reliability::Reliable,
     };
     ep.handle(now, from, frame(0, reliability, 0, 0, request));
-    // The reliable index of the next reliable frame.
+    // The reliable index of the next reliable frame, and the next ordering index.
     let next = u32::from(!quirks.unreliable_request);
-    let accepted = messages(&drain(ep, now, from))
+    let next_order = u32::from(quirks.ordered_request);
+    let (accepted, ordered) = frames(&drain(ep, now, from))
         .into_iter()
-        .find_map(|m| match ConnectedMessage::decode(m) {
-            Ok(ConnectedMessage::ConnectionRequestAccepted(a)) => Some(a),
+        .find_map(|f| match ConnectedMessage::decode(f.payload) {
+            Ok(ConnectedMessage::ConnectionRequestAccepted(a)) => {
+                Some((a, f.reliability.is_ordered()))
+            }
             _ => None,
         })
         .ok_or("no 0x10")?;
+    if ordered && quirks.unordered_accepted {
+        return Err("0x10 took an ordering index".into());
+    }
     if quirks.stop_at_accepted {
         return Ok(Vec::new());
     }
@@ -173,12 +187,12 @@ fn scripted(
     ep.handle(
         now,
         from,
-        frame(1, Reliability::ReliableOrdered, next, 0, nic),
+        frame(1, Reliability::ReliableOrdered, next, next_order, nic),
     );
     let seq = if quirks.restart_numbers { 1 } else { 2 };
     let hello = vec![0x86, 1, 2, 3];
     let ordered = Reliability::ReliableOrdered;
-    ep.handle(now, from, frame(seq, ordered, next + 1, 1, hello));
+    ep.handle(now, from, frame(seq, ordered, next + 1, next_order + 1, hello));
     let mut delivered = Vec::new();
     let mut connected = false;
     while let Some(e) = ep.poll_event() {
@@ -215,6 +229,7 @@ fn a_calm_default_server_takes_every_quirky_client() {
             Quirks {
                 echo_own_time: true,
                 no_cookies: true,
+                ordered_request: true,
                 ..Quirks::default()
             },
         ),
@@ -224,6 +239,7 @@ fn a_calm_default_server_takes_every_quirky_client() {
                 echo_own_time: true,
                 no_cookies: true,
                 restart_numbers: true,
+                unordered_accepted: true,
                 ..Quirks::default()
             },
         ),

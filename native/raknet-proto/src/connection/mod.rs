@@ -483,9 +483,9 @@ impl Connection {
 
     /// A server connection created when a verified 0x13 arrived (the handshake before it
     /// was answered without a connection, see [`crate::handshake`]). Its state is what the
-    /// exchange so far left behind: our 0x10 went out as datagram #0 with reliable and
-    /// ordering index 0 on channel 0 and has been received (0x13 echoes it), so our
-    /// counters continue at 1 and nothing is in flight; the client's 0x09 used its reliable
+    /// exchange so far left behind: our 0x10 went out as datagram #0 with reliable index 0
+    /// (not ordered) and has been received (0x13 echoes it), so our counters continue at 1
+    /// and nothing is in flight; the client's 0x09 used its reliable
     /// index 0, and its receive window starts at the datagram carrying the 0x13 (earlier
     /// ones were acknowledged by the handshake).
     pub(crate) fn accepted(
@@ -507,13 +507,17 @@ impl Connection {
         c.clock_offset = acc.clock_offset;
         c.next_seq = DatagramSeq::new(second);
         c.next_message_index = MessageIndex::new(second);
-        c.queue.skip_ordered(0);
         c.window = DatagramWindow::starting_at(acc.client_seq, limits.max_datagram_gap);
         let reliable_first = if acc.request_reliable { second } else { first };
         c.reliable = ReliableWindow::starting_at(
             MessageIndex::new(reliable_first),
             limits.max_reliable_window,
         );
+        if let Some((channel, order)) = acc.request_order {
+            if let Some(channel) = c.channels.get_mut(usize::from(channel)) {
+                channel.delivered_before(order);
+            }
+        }
         if let Some(sample) = acc.rtt_sample {
             c.rtt.update(sample);
         }

@@ -104,6 +104,10 @@ struct HalfOpen {
     request_seq: Option<u32>,
     /// The 0x09 came in a reliable frame: it took the client's first reliable index.
     request_reliable: bool,
+    /// The 0x09 came ordered (rust-raknet sends it so): its channel and ordering index,
+    /// packed by [`pack_order`]; [`NOT_ORDERED`] when it did not (official sends it
+    /// reliable, jsp-raknet unreliable).
+    request_order: u32,
     bytes_in: u32,
     bytes_out: u32,
     mtu: u16,
@@ -147,6 +151,24 @@ pub(crate) struct Accepted {
     /// The 0x09 was reliable (official): the client's reliable indices go on from 1. An
     /// unreliable one (jsp-raknet) took none, and 0x13 is the client's reliable index 0.
     pub(crate) request_reliable: bool,
+    /// The 0x09 was ordered (rust-raknet): the channel and ordering index it took, which
+    /// the connection's receive side counts as delivered (else the client's 0x13, the next
+    /// index, would wait for ever behind a 0x09 that the handshake took).
+    pub(crate) request_order: Option<(u8, OrderIndex)>,
+}
+
+/// [`HalfOpen::request_order`] when the 0x09 was not ordered.
+const NOT_ORDERED: u32 = u32::MAX;
+
+/// A channel (< 32) and a 24-bit ordering index in one `u32`, to keep [`HalfOpen`] small.
+fn pack_order(order: Option<(u8, OrderIndex)>) -> u32 {
+    order.map_or(NOT_ORDERED, |(channel, index)| {
+        u32::from(channel) << 24 | index.get()
+    })
+}
+
+fn unpack_order(packed: u32) -> Option<(u8, OrderIndex)> {
+    (packed != NOT_ORDERED).then(|| ((packed >> 24) as u8, OrderIndex::new(packed & 0xff_ffff)))
 }
 
 /// What to do with a connected datagram from an address without a connection.
@@ -590,6 +612,7 @@ impl ServerHandshake {
             request_time: 0,
             request_seq: None,
             request_reliable: true,
+            request_order: NOT_ORDERED,
             bytes_in: (len + ocr1_bytes) as u32,
             bytes_out: 0,
             mtu,
@@ -776,6 +799,10 @@ impl ServerHandshake {
             // 0x09 and 0x13 are taken in any reliability, as official RakNet takes them
             // (jsp-raknet sends its 0x09 unreliable); anything else unreliable is dropped.
             let reliable = frame.reliability.is_reliable();
+            let order = frame
+                .reliability
+                .is_ordered()
+                .then_some((frame.order_channel, frame.order_index));
             let handshake = matches!(
                 frame.payload.first(),
                 Some(&id::CONNECTION_REQUEST) | Some(&id::NEW_INCOMING_CONNECTION)
@@ -809,17 +836,18 @@ impl ServerHandshake {
                         proven: h.validated,
                         echoed,
                         request_reliable: h.request_reliable,
+                        request_order: unpack_order(h.request_order),
                     };
                     return Step::Establish(accepted);
                 }
                 Ok(ConnectedMessage::ConnectionRequest(req)) => {
                     more |= request.is_some();
-                    request = Some((req, reliable));
+                    request = Some((req, reliable, order));
                 }
                 _ => more = true,
             }
         }
-        let Some((req, request_reliable)) = request else {
+        let Some((req, request_reliable, request_order)) = request else {
             // Anything else before 0x13 (a reordered ping, say) is dropped unacknowledged;
             // the client resends what was reliable.
             stats.handshake_dropped += 1;
@@ -852,11 +880,12 @@ impl ServerHandshake {
             h.request_time = req.time;
         }
         h.request_reliable = request_reliable;
+        h.request_order = pack_order(request_order);
         if !more {
             h.request_seq = Some(header.seq.get());
         }
-        // 0x10 is built identically on every repeat of 0x09: datagram #0, reliable and
-        // ordering index 0, channel 0. Official also ACKs the 0x09 at once (§6.1); we do
+        // 0x10 is built identically on every repeat of 0x09: datagram #0, reliable index 0,
+        // not ordered. Official also ACKs the 0x09 at once (§6.1); we do
         // not: without a connection nothing would resend a lost 0x10, so the client's own
         // 0x09 resends (its RTO) must keep asking for it. The connection acknowledges the
         // 0x09 when 0x13 creates it, if a datagram carried it alone (`request_seq`); else
@@ -886,12 +915,14 @@ impl ServerHandshake {
 }
 
 /// The server's `n`th datagram of a connection, carrying its `n`th message alone, reliable
-/// and ordered on channel 0 (0x10 is number 0).
+/// and not ordered (0x10 is number 0). Official RakNet sends 0x10 reliable-ordered on channel
+/// 0; CloudburstMC sends it reliable, and so do we: every client takes 0x10 in any
+/// reliability, but rak-rs reads it outside its ordering, and then waits for ever for the
+/// ordering index 0 it took before delivering anything on channel 0.
 fn server_datagram(config: &EndpointConfig, n: u32, message: Vec<u8>, now_us: u32) -> Vec<u8> {
     let index = config.initial_index_for_tests.wrapping_add(n);
-    let mut frame = Frame::new(Reliability::ReliableOrdered, Bytes::from(message));
+    let mut frame = Frame::new(Reliability::Reliable, Bytes::from(message));
     frame.message_index = MessageIndex::new(index);
-    frame.order_index = OrderIndex::new(index);
     let mut dh = DataHeader::new(DatagramSeq::new(index));
     dh.needs_b_and_as = true;
     dh.timestamp = config.datagram_timestamps.then_some(now_us);

@@ -105,6 +105,13 @@ impl<T: Holdable> Channel<T> {
         }
     }
 
+    /// Count ordering index `order` as delivered before the channel existed (a client's
+    /// 0x09 sent ordered, which the handshake took): the channel expects the next one.
+    pub(crate) fn delivered_before(&mut self, order: OrderIndex) {
+        self.expected = order.next();
+        self.next_sequence = self.sequence_base;
+    }
+
     /// Messages held waiting for a gap.
     pub(crate) fn held(&self) -> usize {
         self.held_count

@@ -170,14 +170,6 @@ impl SendQueue {
         }
     }
 
-    /// Treat one ordered message on `channel` as already sent (the handshake's 0x10, sent
-    /// before the connection existed).
-    pub(crate) fn skip_ordered(&mut self, channel: u8) {
-        if let Some(w) = self.ordered_write.get_mut(usize::from(channel)) {
-            *w = w.next();
-        }
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
         self.queues.iter().all(Lane::is_empty)
     }
