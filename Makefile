@@ -13,6 +13,8 @@
 #   make fuzz     run every cargo-fuzz target for FUZZ_SECONDS each (default 60)
 #   make venv     Python venv with official RakNet (PyPI `raknet`), for interop tests
 #   make npm      third-party RakNet clients from npm (jsp-raknet) in _build/npm, for interop tests
+#   make rust-peers  third-party RakNet clients from crates.io (rust-raknet, rak-rs) built in
+#                 _build/rust-peers, for interop tests
 #   make clean    remove build output (Mix and cargo)
 
 SHELL := /bin/bash
@@ -32,8 +34,9 @@ PY_RAKNET := raknet==0.3.0
 VENV := .venv
 NPM_PEERS := jsp-raknet@2.2.0
 NPM_DIR := _build/npm
+RUST_PEERS := test/interop/peers/rust
 
-.PHONY: deps build test lint server bench attack fuzz venv npm clean
+.PHONY: deps build test lint server bench attack fuzz venv npm rust-peers clean
 
 deps:
 	@if ! command -v $(MIX) >/dev/null 2>&1; then \
@@ -62,9 +65,11 @@ deps:
 build: deps
 	$(MIX) compile </dev/null
 
-test: deps venv npm
+test: deps venv npm rust-peers
 	cargo fmt --all -- --check
+	cargo fmt --manifest-path $(RUST_PEERS)/Cargo.toml -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	CARGO_TARGET_DIR=_build/rust-peers cargo clippy --release --locked --manifest-path $(RUST_PEERS)/Cargo.toml -- -D warnings
 	cargo test --workspace
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 	$(MIX) format --check-formatted </dev/null
@@ -148,6 +153,10 @@ npm:
 		mkdir -p $(NPM_DIR); \
 		npm install --prefix $(NPM_DIR) --no-audit --no-fund --loglevel=error $(NPM_PEERS); \
 	fi
+
+# Not a member of our workspace (their dependencies are not ours): its own lock file and target.
+rust-peers: deps
+	CARGO_TARGET_DIR=_build/rust-peers cargo build --release --locked --manifest-path $(RUST_PEERS)/Cargo.toml
 
 clean:
 	rm -rf _build priv/native test/fixtures/*/_build
