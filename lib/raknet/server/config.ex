@@ -266,6 +266,9 @@ defmodule RakNet.Server.Config do
           | {:accept, nil | (map() -> :ok | {:refuse, term()}) | {module(), atom(), list()}}
 
   @enforce_keys [:client_module, :port]
+  # The fields of @engine_owned are nil here: new/3 fills in what the caller left out from
+  # the engine (raknet_proto's EndpointConfig::default(), through the NIF), so each of those
+  # defaults is written once, in Rust.
   defstruct client_module: nil,
             port: 0,
             name: nil,
@@ -275,43 +278,43 @@ defmodule RakNet.Server.Config do
             open_ipv4_socket: true,
             open_ipv6_socket: true,
             ipv6_port: nil,
-            client_timeout_ms: 10_000,
+            client_timeout_ms: nil,
             include_timestamp_with_datagrams: false,
             convert_timestamps: nil,
             client_data: %{},
             offline_ping_response: "RakNet Server",
             server_identifier: nil,
-            max_number_of_internal_ids: 10,
-            max_connections: 1024,
-            protocol_versions: [11, 10, 6],
-            min_mtu: 400,
-            max_mtu: 1492,
-            use_cookies: :auto,
-            handshake_timeout_ms: 10_000,
-            max_half_open: 4096,
-            max_half_open_per_ip: 64,
-            strict_half_open: 256,
-            strict_handshakes_per_sec: 128,
-            max_unproven: 256,
-            max_unproven_per_ip: 16,
-            max_connections_per_ip: 128,
-            new_connections_per_ip_per_sec: 20,
-            pongs_per_ip_per_sec: 16,
-            pong_bytes_per_sec: 262_144,
-            pong_amplification: 6,
-            max_pending_deliveries: 10_000,
-            max_pending_bytes: 4_194_304,
-            max_buffered_bytes: 536_870_912,
-            max_send_bytes: 1_073_741_824,
-            max_message_bytes: 33_554_432,
-            max_messages_per_sec: 1_000,
+            max_number_of_internal_ids: nil,
+            max_connections: nil,
+            protocol_versions: nil,
+            min_mtu: nil,
+            max_mtu: nil,
+            use_cookies: nil,
+            handshake_timeout_ms: nil,
+            max_half_open: nil,
+            max_half_open_per_ip: nil,
+            strict_half_open: nil,
+            strict_handshakes_per_sec: nil,
+            max_unproven: nil,
+            max_unproven_per_ip: nil,
+            max_connections_per_ip: nil,
+            new_connections_per_ip_per_sec: nil,
+            pongs_per_ip_per_sec: nil,
+            pong_bytes_per_sec: nil,
+            pong_amplification: nil,
+            max_pending_deliveries: nil,
+            max_pending_bytes: nil,
+            max_buffered_bytes: nil,
+            max_send_bytes: nil,
+            max_message_bytes: nil,
+            max_messages_per_sec: nil,
             telemetry_interval_ms: 1_000,
-            congestion_control: :reno,
+            congestion_control: nil,
             endpoint_threads: nil,
             batch_delivery: true,
             inline_sends: true,
             bans: [],
-            send_delay_ms: 0,
+            send_delay_ms: nil,
             accept: nil,
             ignored_options: [],
             # :ip given (not loopback) without :ipv6_ip: the IPv6 socket takes every interface.
@@ -321,6 +324,42 @@ defmodule RakNet.Server.Config do
   @type t :: %__MODULE__{}
 
   @ignored [:custom_packets, :custom_types, :send]
+
+  # Options whose default is the engine's, and the name the engine's defaults give them.
+  @engine_owned %{
+    client_timeout_ms: :timeout_ms,
+    max_number_of_internal_ids: :max_number_of_internal_ids,
+    max_connections: :max_connections,
+    protocol_versions: :protocol_versions,
+    min_mtu: :min_mtu,
+    max_mtu: :max_mtu,
+    use_cookies: :use_cookies,
+    handshake_timeout_ms: :handshake_timeout_ms,
+    max_half_open: :max_half_open,
+    max_half_open_per_ip: :max_half_open_per_ip,
+    strict_half_open: :strict_half_open,
+    strict_handshakes_per_sec: :strict_handshakes_per_sec,
+    max_unproven: :max_unproven,
+    max_unproven_per_ip: :max_unproven_per_ip,
+    max_connections_per_ip: :max_connections_per_ip,
+    new_connections_per_ip_per_sec: :new_connections_per_ip_per_sec,
+    pongs_per_ip_per_sec: :pongs_per_ip_per_sec,
+    pong_bytes_per_sec: :pong_bytes_per_sec,
+    pong_amplification: :pong_amplification,
+    max_pending_deliveries: :max_pending_deliveries,
+    max_pending_bytes: :max_pending_bytes,
+    max_buffered_bytes: :max_buffered_bytes,
+    max_send_bytes: :max_send_bytes,
+    max_message_bytes: :max_message_bytes,
+    max_messages_per_sec: :max_messages_per_sec,
+    congestion_control: :congestion_control,
+    send_delay_ms: :send_delay_ms
+  }
+
+  @doc false
+  # The options whose default `new/3` takes from the engine: `%{option => engine name}`.
+  @spec engine_owned() :: %{atom() => atom()}
+  def engine_owned, do: @engine_owned
 
   @doc """
   Validates the arguments of `RakNet.Server.child_spec/1`, `[client_module, port | opts]`;
@@ -373,9 +412,24 @@ defmodule RakNet.Server.Config do
 
       Map.put(config, key, validate(key, value))
     end)
+    |> engine_defaults(opts)
     |> check_relations()
     |> loopback_ipv6(opts)
   end
+
+  defp engine_defaults(config, opts) do
+    engine = RakNet.Native.engine_defaults()
+
+    Enum.reduce(@engine_owned, config, fn {field, name}, config ->
+      if Keyword.has_key?(opts, field),
+        do: config,
+        else: Map.put(config, field, engine_default(name, Map.fetch!(engine, name)))
+    end)
+  end
+
+  # The engine says 0 for "no message rate limit", which the option says with nil.
+  defp engine_default(:max_messages_per_sec, 0), do: nil
+  defp engine_default(_name, value), do: value
 
   # A loopback :ip without :ipv6_ip keeps the IPv6 socket on loopback too.
   defp loopback_ipv6(%{ip: {127, _, _, _}} = config, opts) do
@@ -684,18 +738,16 @@ defmodule RakNet.Server.Config do
   def endpoint_threads(%__MODULE__{endpoint_threads: n}), do: n
 
   @doc """
-  The `endpoint_start` options (docs/nif-contract.md) for one of `threads` endpoints serving
-  the socket of `family`: the limits that are not shared between them are divided among
-  them, rounded up.
+  The `endpoint_start` options (docs/nif-contract.md) of the socket of `family`. The limits
+  are the whole server's: the NIF gives each endpoint thread its share
+  (`raknet_proto::AdmissionLimits::endpoint_share`).
 
       iex> config = RakNet.Server.Config.new(MyGame.Player, 0, pongs_per_ip_per_sec: 16)
-      iex> RakNet.Server.Config.to_native(config, :inet, 3).pongs_per_ip_per_sec
-      6
+      iex> RakNet.Server.Config.to_native(config, :inet).pongs_per_ip_per_sec
+      16
   """
-  @spec to_native(t(), :inet | :inet6, pos_integer()) :: map()
-  def to_native(%__MODULE__{} = c, family, threads \\ 1) do
-    share = fn value -> div(value + threads - 1, threads) end
-
+  @spec to_native(t(), :inet | :inet6) :: map()
+  def to_native(%__MODULE__{} = c, family) do
     {bind, port} =
       case family do
         :inet -> {c.ip, c.port}
@@ -749,18 +801,16 @@ defmodule RakNet.Server.Config do
       # socket buffer must not overflow (see docs/interoperability.md).
       max_reliable_in_flight: Application.get_env(:raknet, :max_reliable_in_flight),
       handshake_timeout_ms: c.handshake_timeout_ms,
-      # Shared by the endpoints of a group (max_connections too): not divided.
       max_connections_per_ip: c.max_connections_per_ip,
-      # Each endpoint's share.
-      max_half_open: share.(c.max_half_open),
-      max_half_open_per_ip: share.(c.max_half_open_per_ip),
-      strict_half_open: share.(c.strict_half_open),
-      strict_handshakes_per_sec: share.(c.strict_handshakes_per_sec),
-      max_unproven: share.(c.max_unproven),
-      max_unproven_per_ip: share.(c.max_unproven_per_ip),
-      new_connections_per_ip_per_sec: share.(c.new_connections_per_ip_per_sec),
-      pongs_per_ip_per_sec: share.(c.pongs_per_ip_per_sec),
-      pong_bytes_per_sec: share.(c.pong_bytes_per_sec),
+      max_half_open: c.max_half_open,
+      max_half_open_per_ip: c.max_half_open_per_ip,
+      strict_half_open: c.strict_half_open,
+      strict_handshakes_per_sec: c.strict_handshakes_per_sec,
+      max_unproven: c.max_unproven,
+      max_unproven_per_ip: c.max_unproven_per_ip,
+      new_connections_per_ip_per_sec: c.new_connections_per_ip_per_sec,
+      pongs_per_ip_per_sec: c.pongs_per_ip_per_sec,
+      pong_bytes_per_sec: c.pong_bytes_per_sec,
       pong_amplification: c.pong_amplification
     }
   end

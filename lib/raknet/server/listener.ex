@@ -211,7 +211,7 @@ defmodule RakNet.Server.Listener do
   # Each family's port is served by endpoints, one per thread.
   defp open(config, [family | rest], group, acc) do
     threads = Config.endpoint_threads(config)
-    opts = config |> Config.to_native(family, threads) |> Map.put(:server_group, group)
+    opts = config |> Config.to_native(family) |> Map.put(:server_group, group)
 
     case Native.endpoint_start_group(opts, self(), threads) do
       {:ok, endpoints} ->

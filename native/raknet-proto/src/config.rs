@@ -271,6 +271,39 @@ impl Default for AdmissionLimits {
     }
 }
 
+impl AdmissionLimits {
+    /// What each of `endpoints` endpoints enforces when they serve one address together (a
+    /// server's endpoint threads, one `SO_REUSEPORT` socket each, every client on one of
+    /// them): the budgets each endpoint counts on its own, divided and rounded up. The limits
+    /// their [`crate::EndpointGroup`] counts for all of them (connections per IP), the ratios
+    /// and the table sizes stay whole.
+    ///
+    /// ```
+    /// # use raknet_proto::AdmissionLimits;
+    /// let share = AdmissionLimits::default().endpoint_share(3);
+    /// assert_eq!((share.pongs_per_ip_per_sec, share.max_half_open), (6, 1366));
+    /// assert_eq!(share.max_connections_per_ip, 128);
+    /// ```
+    #[must_use]
+    pub fn endpoint_share(&self, endpoints: usize) -> Self {
+        let n = endpoints.max(1);
+        let part = |v: usize| v.div_ceil(n);
+        let part32 = |v: u32| v.div_ceil(u32::try_from(n).unwrap_or(u32::MAX));
+        Self {
+            max_half_open: part(self.max_half_open),
+            max_half_open_per_ip: part(self.max_half_open_per_ip),
+            new_connections_per_ip_per_sec: part32(self.new_connections_per_ip_per_sec),
+            pongs_per_ip_per_sec: part32(self.pongs_per_ip_per_sec),
+            pong_bytes_per_sec: self.pong_bytes_per_sec.div_ceil(n as u64),
+            strict_half_open: part(self.strict_half_open),
+            strict_handshakes_per_sec: part32(self.strict_handshakes_per_sec),
+            max_unproven: part(self.max_unproven),
+            max_unproven_per_ip: part(self.max_unproven_per_ip),
+            ..self.clone()
+        }
+    }
+}
+
 /// Which congestion controller the connections of an endpoint use (see
 /// [`crate::Controller`]). Only the sender's choice matters: the wire format is the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
