@@ -394,8 +394,8 @@ defmodule RakNet.Connection do
 
   # A connection process traps exits (its handler's linked processes end with it) and keeps
   # its mailbox off its heap: the runtime delivers in bursts, and a queue of thousands of
-  # messages on the heap is copied by every garbage collection (make bench scenario 1: 4.1-4.3
-  # -> 2.5-3.5 µs of VM CPU per message).
+  # messages on the heap is copied by every garbage collection (a large part of the VM's CPU
+  # per message in make bench's one-way scenario).
   defp init_process do
     Process.flag(:trap_exit, true)
     Process.flag(:message_queue_data, :off_heap)

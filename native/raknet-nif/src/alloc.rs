@@ -8,20 +8,17 @@
 //! malloc takes such a free back under the allocating arena's lock: in profiles the two
 //! threads contended for it (futex wake-ups from `__lll_lock_wake_private`), and `_int_free`
 //! and `malloc_consolidate` were among the endpoint thread's hottest functions. mimalloc gives
-//! each thread its own heap and takes frees from other threads on a lock-free list. One
-//! connection sending one way into a handler (scenario 1 of `make bench`, run as 10 runs of
-//! 2 M messages on a 2-core Intel Xeon VM) went from 1.50 M to 1.65 M messages a second
-//! (median). It is built with `local_dynamic_tls`, the thread-local storage model a library
+//! each thread its own heap and takes frees from other threads on a lock-free list (the
+//! gain on `make bench`'s one-way scenario is in the CHANGELOG). It is built with `local_dynamic_tls`, the thread-local storage model a library
 //! loaded at run time (`dlopen`, as the BEAM loads a NIF) can always use.
 //!
 //! The count is of live bytes, not of the process's resident memory: mimalloc keeps freed
 //! pages per thread for a while before it returns them to the system.
 //!
 //! It is kept in [`SHARDS`] counters, each on a cache line of its own; a thread adds to the
-//! one it was given on its first allocation, and reading the count sums them. One shared
-//! counter was written by the sender's scheduler and the endpoint thread for every message,
-//! its cache line moving between the cores each time: sharded, scenario 1 (same runs)
-//! went from 1.60 M to 1.71 M messages a second. A thread may free what another allocated,
+//! one it was given on its first allocation, and reading the count sums them. A single
+//! counter would be written by the sender's scheduler and the endpoint thread for every
+//! message, its cache line moving between the cores each time. A thread may free what another allocated,
 //! so a shard can go below zero; the sum cannot.
 //!
 //! The crate's only `unsafe`: implementing `GlobalAlloc` requires it. Every method forwards to

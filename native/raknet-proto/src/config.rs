@@ -56,8 +56,8 @@ pub struct Limits {
     /// together: what slow readers can make the server hold. Shared as the receive budget
     /// is: each connection is guaranteed [`Limits::send_share`] (512 KiB with the
     /// defaults), and only the first half of the budget is open beyond shares; a send
-    /// beyond fails with [`crate::SendError::QueueFull`]. Default 1 GiB (1,024 slow readers
-    /// of 64 MiB each were 64 GiB).
+    /// beyond fails with [`crate::SendError::QueueFull`]. Default 1 GiB (the per-connection
+    /// cap alone would let 1,024 slow readers hold 64 GiB).
     pub max_endpoint_send_bytes: usize,
     /// Most reliable frames in flight (sent, not yet acknowledged) per connection; further
     /// reliable frames wait in the queue. Default 1024 (official 512). A

@@ -139,10 +139,9 @@ const KEEP: usize = 4;
 /// The capacity a container of `len` elements and `cap` capacity trims to, if it should:
 /// twice its length, at least [`KEEP`]; nothing when empty. Any capacity over that goes back
 /// at once (at most one reallocation per container per ping interval), so that no capacity
-/// once reached is kept: with a rule that kept what was under a quarter full, ever more
-/// connections came to sit at the largest capacity their few elements allowed, and the total
-/// grew for the whole run. In the 1,000-connection soak the datagram records did that while
-/// empty, and then the send queues with one or two frames in a capacity of eight (issue #35).
+/// once reached is kept: a rule that kept some slack (say, anything over a quarter full)
+/// lets ever more connections come to sit at the largest capacity their few elements
+/// allow, and the total grows for as long as the server runs.
 fn trimmed(len: usize, cap: usize) -> Option<usize> {
     let keep = if len == 0 { 0 } else { (len * 2).max(KEEP) };
     (cap > keep).then_some(keep)
