@@ -143,13 +143,15 @@ defmodule RakNet.Connection.Registry do
   @doc "The handle of the connection that `pid` runs, or `:error`."
   @spec lookup(pid()) :: {:ok, reference()} | :error
   def lookup(pid) do
-    case :ets.lookup(@table, pid) do
-      [{^pid, conn, _server, _info}] -> {:ok, conn}
-      # Nothing, or a server's listener row.
+    # Only the handle is copied out of the table, not the row's info map: a send and each
+    # member of a broadcast look one up.
+    case :ets.lookup_element(@table, pid, 2) do
+      conn when is_reference(conn) -> {:ok, conn}
+      # A server's listener row.
       _ -> :error
     end
   rescue
-    # The table is gone only while the :raknet application is down.
+    # No such row, or the table is gone (only while the :raknet application is down).
     ArgumentError -> :error
   end
 
