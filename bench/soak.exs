@@ -8,8 +8,9 @@
 # each sending one reliable_ordered and one unreliable_sequenced message), SOAK_SEED (1),
 # SOAK_SAMPLE_MS (5000). Prints the server every sample, then the report; exits 1 when a
 # reliable message was lost, duplicated or reordered, an unreliable-sequenced one came out of
-# sequence, a connection failed or ended early, or the server's memory was not flat (±10 %)
-# after the warm-up.
+# sequence, a connection failed or ended early, the server's memory was not flat (±10 %)
+# after the warm-up, or the Rust heap's least-squares slope over the last two thirds of the
+# run passed 1 KB per connection per hour.
 
 Logger.configure(level: :warning)
 env = fn name, default -> name |> System.get_env(default) |> String.to_integer() end
