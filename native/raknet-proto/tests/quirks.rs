@@ -192,7 +192,11 @@ fn scripted(
     let seq = if quirks.restart_numbers { 1 } else { 2 };
     let hello = vec![0x86, 1, 2, 3];
     let ordered = Reliability::ReliableOrdered;
-    ep.handle(now, from, frame(seq, ordered, next + 1, next_order + 1, hello));
+    ep.handle(
+        now,
+        from,
+        frame(seq, ordered, next + 1, next_order + 1, hello),
+    );
     let mut delivered = Vec::new();
     let mut connected = false;
     while let Some(e) = ep.poll_event() {

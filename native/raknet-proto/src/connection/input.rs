@@ -351,6 +351,12 @@ impl Connection {
             out,
         );
         self.channels[channel].note_stall(now);
+        let bit = 1u32 << channel;
+        if self.channels[channel].stalled_since().is_some() {
+            self.stalled_channels |= bit;
+        } else {
+            self.stalled_channels &= !bit;
+        }
         if outcome == Outcome::Stale {
             self.stats.stale_dropped += 1;
         }

@@ -18,10 +18,8 @@ impl Connection {
         }
         let ordering_stalled = !self.paused
             && self
-                .channels
-                .iter()
-                .filter_map(Channel::stalled_since)
-                .any(|since| now >= since + self.config.timeout);
+                .oldest_ordering_stall()
+                .is_some_and(|since| now >= since + self.config.timeout);
         if (reliable || ordering_stalled) && !matches!(self.state, State::Closed) {
             // A gap in reliable data left open for the timeout, data piled behind it.
             self.stats.stalled_gaps += 1;
@@ -101,6 +99,13 @@ impl Connection {
         }
         self.gate.account(self.send_backlog());
         self.gate.publish();
+    }
+
+    /// Since when the longest-waiting channel has waited for its gap, if any holds messages.
+    pub(super) fn oldest_ordering_stall(&self) -> Option<Instant> {
+        stalled(self.stalled_channels)
+            .filter_map(|c| self.channels[c].stalled_since())
+            .min()
     }
 
     /// Whether the peer stopped reading (see [`Limit::SendBacklog`]): each `timeout` that the

@@ -36,11 +36,7 @@ impl Connection {
             .map(|(since, _, _)| since + self.config.timeout));
         // Held gaps: unfilled for the timeout, they close the connection.
         if !self.paused {
-            let stalled = self
-                .channels
-                .iter()
-                .filter_map(Channel::stalled_since)
-                .min();
+            let stalled = self.oldest_ordering_stall();
             min(stalled.map(|t| t + self.config.timeout));
             min(self
                 .reassembly
