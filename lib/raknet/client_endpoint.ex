@@ -187,7 +187,7 @@ defmodule RakNet.ClientEndpoint do
       max_messages_per_sec: nil,
       # One socket per endpoint, running on one of the node's shared client threads.
       shared_thread: true,
-      # As a server's (RakNet.Server.Config.to_native/3): tests and benchmarks only.
+      # As a server's (RakNet.Server.Config.to_native/2): tests and benchmarks only.
       gso: Application.get_env(:raknet, :udp_gso, true)
     }
   end
