@@ -9,8 +9,9 @@
 //! threads contended for it (futex wake-ups from `__lll_lock_wake_private`), and `_int_free`
 //! and `malloc_consolidate` were among the endpoint thread's hottest functions. mimalloc gives
 //! each thread its own heap and takes frees from other threads on a lock-free list (the
-//! gain on `make bench`'s one-way scenario is in the CHANGELOG). It is built with `local_dynamic_tls`, the thread-local storage model a library
-//! loaded at run time (`dlopen`, as the BEAM loads a NIF) can always use.
+//! gain on `make bench`'s one-way scenario is in the CHANGELOG). It is built with
+//! `local_dynamic_tls`, the thread-local storage model a library loaded at run time
+//! (`dlopen`, as the BEAM loads a NIF) can always use.
 //!
 //! The count is of live bytes, not of the process's resident memory: mimalloc keeps freed
 //! pages per thread for a while before it returns them to the system.
@@ -18,8 +19,8 @@
 //! It is kept in [`SHARDS`] counters, each on a cache line of its own; a thread adds to the
 //! one it was given on its first allocation, and reading the count sums them. A single
 //! counter would be written by the sender's scheduler and the endpoint thread for every
-//! message, its cache line moving between the cores each time. A thread may free what another allocated,
-//! so a shard can go below zero; the sum cannot.
+//! message, its cache line moving between the cores each time. A thread may free what
+//! another allocated, so a shard can go below zero; the sum cannot.
 //!
 //! The crate's only `unsafe`: implementing `GlobalAlloc` requires it. Every method forwards to
 //! `MiMalloc` unchanged.

@@ -89,9 +89,7 @@ impl TokenBucket {
 /// Datagram numbers remembered for NAKing when back-pressure ends.
 const MAX_REFUSED_WHILE_PAUSED: usize = 4096;
 
-/// Whether `frame` carries one of the protocol's own messages (IDs below `ID_TIMESTAMP`):
-/// back-pressure never refuses those. A split frame is always application data.
-/// The channels whose bits are set in `bits`.
+/// The channels whose bits are set in `bits` (a connection's `stalled_channels`).
 fn stalled(mut bits: u32) -> impl Iterator<Item = usize> {
     std::iter::from_fn(move || {
         let c = bits.trailing_zeros();
@@ -100,6 +98,8 @@ fn stalled(mut bits: u32) -> impl Iterator<Item = usize> {
     })
 }
 
+/// Whether `frame` carries one of the protocol's own messages (IDs below `ID_TIMESTAMP`):
+/// back-pressure never refuses those. A split frame is always application data.
 fn is_internal(frame: &Frame) -> bool {
     frame.split.is_none()
         && frame
@@ -499,9 +499,9 @@ impl Connection {
     /// was answered without a connection, see [`crate::handshake`]). Its state is what the
     /// exchange so far left behind: our 0x10 went out as datagram #0 with reliable index 0
     /// (not ordered) and has been received (0x13 echoes it), so our counters continue at 1
-    /// and nothing is in flight; the client's 0x09 used its reliable
-    /// index 0, and its receive window starts at the datagram carrying the 0x13 (earlier
-    /// ones were acknowledged by the handshake).
+    /// and nothing is in flight; the client's 0x09 used its reliable index 0 (and, sent
+    /// ordered, its ordering index), and its receive window starts at the datagram carrying
+    /// the 0x13 (earlier ones were acknowledged by the handshake).
     pub(crate) fn accepted(
         config: Arc<EndpointConfig>,
         peer: Peer,

@@ -885,9 +885,8 @@ impl ServerHandshake {
             h.request_seq = Some(header.seq.get());
         }
         // 0x10 is built identically on every repeat of 0x09: datagram #0, reliable index 0,
-        // not ordered. Official also ACKs the 0x09 at once (§6.1); we do
-        // not: without a connection nothing would resend a lost 0x10, so the client's own
-        // 0x09 resends (its RTO) must keep asking for it. The connection acknowledges the
+        // not ordered. Official also ACKs the 0x09 at once (§6.1); we do not: without a
+        // connection nothing would resend a lost 0x10, so the client's own 0x09 resends (its RTO) must keep asking for it. The connection acknowledges the
         // 0x09 when 0x13 creates it, if a datagram carried it alone (`request_seq`); else
         // the client's next 0x09 resend is acknowledged by the connection.
         let internal = config.internal_address_list(h.protocol, local_addr);
