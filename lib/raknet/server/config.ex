@@ -457,6 +457,14 @@ defmodule RakNet.Server.Config do
     max_message_bytes: {1_024, " (bytes)"}
   }
 
+  # Integer options with a range, and the unit their error message names.
+  @ranges %{
+    max_number_of_internal_ids: {1..64, ""},
+    min_mtu: {400..1500, ""},
+    max_mtu: {400..1500, ""},
+    send_delay_ms: {0..1_000, " (ms)"}
+  }
+
   defp validate(:host, nil), do: nil
 
   defp validate(:host, value) do
@@ -566,15 +574,6 @@ defmodule RakNet.Server.Config do
     end
   end
 
-  defp validate(:max_number_of_internal_ids, value),
-    do:
-      check(
-        :max_number_of_internal_ids,
-        value,
-        is_integer(value) and value in 1..64,
-        "an integer in 1..64"
-      )
-
   defp validate(:max_connections, value),
     do: check(:max_connections, value, is_integer(value) and value > 0, "a positive integer")
 
@@ -586,9 +585,6 @@ defmodule RakNet.Server.Config do
         is_list(value) and value != [] and Enum.all?(value, &(is_integer(&1) and &1 in 0..255)),
         "a non-empty list of integers in 0..255"
       )
-
-  defp validate(key, value) when key in [:min_mtu, :max_mtu],
-    do: check(key, value, is_integer(value) and value in 400..1500, "an integer in 400..1500")
 
   defp validate(key, value)
        when key in [
@@ -608,6 +604,17 @@ defmodule RakNet.Server.Config do
   defp validate(key, value) when key in [:pongs_per_ip_per_sec, :pong_bytes_per_sec],
     do: check(key, value, is_integer(value) and value >= 0, "a non-negative integer")
 
+  defp validate(key, value) when is_map_key(@ranges, key) do
+    {first..last = range, unit} = Map.fetch!(@ranges, key)
+
+    check(
+      key,
+      value,
+      is_integer(value) and value in range,
+      "an integer in #{first}..#{last}#{unit}"
+    )
+  end
+
   defp validate(key, value) when is_map_key(@minimums, key) do
     {min, unit} = Map.fetch!(@minimums, key)
     check(key, value, is_integer(value) and value >= min, "an integer >= #{min}#{unit}")
@@ -620,15 +627,6 @@ defmodule RakNet.Server.Config do
         value,
         value == nil or (is_integer(value) and value > 0 and value <= 4_294_967_295),
         "nil or a positive integer (at most 2^32 - 1)"
-      )
-
-  defp validate(:send_delay_ms, value),
-    do:
-      check(
-        :send_delay_ms,
-        value,
-        is_integer(value) and value in 0..1_000,
-        "an integer in 0..1000 (ms)"
       )
 
   defp validate(:accept, value),
