@@ -411,13 +411,9 @@ defmodule Bench.Soak do
   from the warm-up on (`:warmup`), in bytes per connection per hour (the least-squares slope
   of `RakNet.native_memory/0`), or nil without enough samples.
   """
-  def native_growth_per_connection_hour(r, from \\ :settled)
-
-  def native_growth_per_connection_hour(r, from) do
-    case if(from == :settled, do: r.native_slope_settled, else: r.native_slope) do
-      nil -> nil
-      slope -> slope * 3600 / max(r.opts.connections, 1)
-    end
+  def native_growth_per_connection_hour(r, from \\ :settled) do
+    slope = if from == :settled, do: r.native_slope_settled, else: r.native_slope
+    slope && slope * 3600 / max(r.opts.connections, 1)
   end
 
   @doc "Bytes per connection per hour of Rust heap growth above which a soak fails."
