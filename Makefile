@@ -66,18 +66,16 @@ build: deps
 	$(MIX) compile </dev/null
 
 test: deps venv npm rust-peers
-	cargo fmt --all -- --check
-	cargo fmt --manifest-path $(RUST_PEERS)/Cargo.toml -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
-	CARGO_TARGET_DIR=_build/rust-peers cargo clippy --release --locked --manifest-path $(RUST_PEERS)/Cargo.toml -- -D warnings
+	$(MAKE) lint
 	cargo test --workspace
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
-	$(MIX) format --check-formatted </dev/null
 	$(MIX) test </dev/null
 
 lint: deps
 	cargo fmt --all -- --check
+	cargo fmt --manifest-path $(RUST_PEERS)/Cargo.toml -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	CARGO_TARGET_DIR=_build/rust-peers cargo clippy --release --locked --manifest-path $(RUST_PEERS)/Cargo.toml -- -D warnings
 	$(MIX) format --check-formatted </dev/null
 
 server: deps
