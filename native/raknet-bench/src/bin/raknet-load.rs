@@ -8,8 +8,12 @@
 //! ```text
 //! raknet-load [--host 127.0.0.1] [--port 19132] [--connections 100] [--rate 20] [--size 64]
 //!             [--reliability reliable_ordered] [--channel 0] [--duration 10] [--protocol 11]
-//!             [--verify] [--drain 15]
+//!             [--verify] [--drain 15] [--warmup 0]
 //! ```
+//!
+//! `--warmup SECS` leaves the round trips of messages sent in the first SECS seconds (the
+//! connection ramp) out of the summary's percentiles; every message still counts as answered
+//! or not. Each progress line has the p99 of the round trips measured in that second.
 //!
 //! Every message is `0x86`, its send time (µs since start, u64 BE), its number (u64 BE, counted
 //! per connection and reliability from 0), a reliability tag (0 reliable_ordered,
@@ -45,6 +49,9 @@ struct Args {
     protocol: u8,
     verify: bool,
     drain: Duration,
+    /// Round trips of messages sent before this point (from the start) are left out of the
+    /// percentiles: the connection ramp is not the steady state.
+    warmup: Duration,
 }
 
 /// The tag of a message's reliability in its payload, which an echo server sends back with.
@@ -78,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
         protocol: 11,
         verify: false,
         drain: Duration::from_secs(15),
+        warmup: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -98,6 +106,7 @@ fn parse_args() -> Result<Args, String> {
             "--duration" => a.duration = Duration::from_secs_f64(value.parse().map_err(badf)?),
             "--protocol" => a.protocol = value.parse().map_err(bad)?,
             "--drain" => a.drain = Duration::from_secs_f64(value.parse().map_err(badf)?),
+            "--warmup" => a.warmup = Duration::from_secs_f64(value.parse().map_err(badf)?),
             "--reliability" => {
                 a.reliability = match value.as_str() {
                     "unreliable" => Reliability::Unreliable,
@@ -134,6 +143,11 @@ struct Totals {
     bytes_sent: u64,
     bytes_received: u64,
     rtts_us: Vec<u32>,
+    /// The round trips of the current second, for the progress line's p99.
+    second_rtts_us: Vec<u32>,
+    /// The current second's longest lateness of a player's timer: how long the load tester
+    /// itself kept a send or a timer waiting (a round trip includes it).
+    second_lag_us: u64,
     failures: Vec<String>,
     /// `--verify`: connections that ended before they closed themselves.
     dropped: usize,
@@ -260,7 +274,11 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
                     });
                 }
             }
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
+                let lag = Instant::now().saturating_duration_since(wake).as_micros() as u64;
+                let mut t = totals.borrow_mut();
+                t.second_lag_us = t.second_lag_us.max(lag);
+            }
         }
         let now = Instant::now();
         ep.handle_timeout(now);
@@ -333,7 +351,10 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
                         let rtt = (now - start).as_micros() as u64
                             - sent_us.min((now - start).as_micros() as u64);
                         let rtt = rtt.min(u64::from(u32::MAX)) as u32;
-                        t.rtts_us.push(rtt);
+                        if sent_us >= args.warmup.as_micros() as u64 {
+                            t.rtts_us.push(rtt);
+                        }
+                        t.second_rtts_us.push(rtt);
                         if args.verify && payload.len() >= HEADER {
                             let n = u64::from_be_bytes(payload[9..17].try_into().unwrap_or([0; 8]));
                             match payload[17] {
@@ -570,9 +591,17 @@ fn main() {
                 tick.tick().await;
                 loop {
                     tick.tick().await;
-                    let t = totals.borrow();
+                    let mut t = totals.borrow_mut();
+                    let mut second = std::mem::take(&mut t.second_rtts_us);
+                    second.sort_unstable();
+                    let p99 = if second.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" p99 {:.1} ms", percentile(&second, 0.99))
+                    };
+                    let lag = std::mem::take(&mut t.second_lag_us) as f64 / 1000.0;
                     println!(
-                        "  {:>5.1}s connected {}/{} failed {} | out {}/s in {}/s",
+                        "  {:>5.1}s connected {}/{} failed {} | out {}/s in {}/s{p99}, own timers late by up to {lag:.1} ms",
                         start.elapsed().as_secs_f64(),
                         t.connected - t.disconnected.min(t.connected),
                         args.connections,
@@ -617,11 +646,16 @@ fn main() {
     );
     if !t.rtts_us.is_empty() {
         println!(
-            "  round trip    p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} echoes)",
+            "  round trip    p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} echoes{})",
             percentile(&t.rtts_us, 0.5),
             percentile(&t.rtts_us, 0.99),
             percentile(&t.rtts_us, 1.0),
-            t.rtts_us.len()
+            t.rtts_us.len(),
+            if args.warmup.is_zero() {
+                String::new()
+            } else {
+                format!(" sent after a {:?} warm-up", args.warmup)
+            }
         );
         let lost = t.sent.saturating_sub(t.received);
         println!(
