@@ -36,6 +36,14 @@ pub fn unmap(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// [`unmap`] for an address without a port.
+pub fn unmap_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
 /// The encoded size of `addr` (after unmapping).
 pub fn encoded_len(addr: &SocketAddr) -> usize {
     match unmap(*addr) {

@@ -456,6 +456,17 @@ pub struct EndpointConfig {
     /// Who gets an answer: half-open handshakes, per-IP caps and rates, pong budgets,
     /// anti-amplification.
     pub admission: AdmissionLimits,
+    /// Proxies in front of this endpoint whose headers name the real client (PROXY v2,
+    /// Cloudflare Spectrum's SPP): the client's address then stands for the peer everywhere
+    /// (limits, bans, cookies, events), and replies go back through the proxy. `None` (the
+    /// default) believes no header. See [`crate::proxy`].
+    pub proxy: Option<crate::proxy::ProxyConfig>,
+    /// Speak as a proxy would: put a header naming this address as the client in front of
+    /// what this endpoint sends (tests, proxies written on this crate). With
+    /// [`crate::proxy::ProxyMode::V2First`] the header goes on every offline datagram (the
+    /// handshake, so a lost first datagram does not lose it) and not on connected ones.
+    /// Default `None`.
+    pub send_proxy_header: Option<(crate::proxy::ProxyMode, std::net::SocketAddr)>,
     /// Where every 24-bit counter starts (datagram number, reliable, ordering indices) on
     /// both directions. RakNet starts at 0; tests set a value just below 2^24 on both peers
     /// to cross the wrap quickly. Never change it for a real peer.
@@ -493,6 +504,8 @@ impl Default for EndpointConfig {
             offline_ping_response: bytes::Bytes::new(),
             limits: Limits::default(),
             admission: AdmissionLimits::default(),
+            proxy: None,
+            send_proxy_header: None,
             initial_index_for_tests: 0,
         }
     }

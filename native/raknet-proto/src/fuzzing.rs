@@ -8,6 +8,7 @@
 
 use bytes::Bytes;
 
+use crate::proxy::{self, Inbound, ProxyConfig, ProxyLayer, ProxyMode};
 use crate::{
     addr, ConnectedMessage, CookieMode, Datagram, Decode, Encode, Frame, OfflineMessage,
     Timestamped,
@@ -140,6 +141,61 @@ pub fn address(data: &[u8]) -> bool {
     addr::encode(&a, &mut out);
     check(&Ok(a), &addr::decode(&mut Bytes::from(out)), "address");
     true
+}
+
+/// A proxy header parser: [`proxy::parse_v2`] or [`proxy::parse_spp`].
+type HeaderParser = fn(&[u8]) -> Result<proxy::Header, proxy::HeaderError>;
+
+/// Parse a proxy header (PROXY v2 and SPP) and run it through a [`ProxyLayer`] that trusts
+/// its sender and one that does not: a datagram is attributed to the header's client only
+/// when the header parsed (and then to exactly that client, with exactly the bytes after
+/// it), an untrusted sender's header never is, and a parsed header written again parses to
+/// the same addresses.
+pub fn proxy_header(data: &[u8]) -> bool {
+    let proxy_addr: std::net::SocketAddr = ([10, 0, 0, 1], 7).into();
+    let stranger: std::net::SocketAddr = ([192, 0, 2, 1], 7).into();
+    let trusted = || vec![proxy::IpPrefix::new([10, 0, 0, 0].into(), 8).unwrap()];
+    let mut parsed = false;
+    let modes: [(ProxyMode, HeaderParser); 2] = [
+        (ProxyMode::V2Every, proxy::parse_v2),
+        (ProxyMode::Spectrum, proxy::parse_spp),
+    ];
+    for (mode, parse) in modes {
+        let result = parse(data);
+        let mut layer = ProxyLayer::new(ProxyConfig::new(mode, trusted()), 1_000);
+        match (
+            &result,
+            layer.inbound(0, proxy_addr, Bytes::copy_from_slice(data)),
+        ) {
+            (Ok(h), Inbound::Datagram { from, payload }) => {
+                assert_eq!(from, h.source.unwrap_or(proxy_addr), "{mode:?}");
+                assert_eq!(&payload[..], &data[h.len..], "{mode:?}");
+            }
+            (Ok(h), Inbound::Nothing) => assert_eq!(h.len, data.len(), "{mode:?}"),
+            (Err(_), Inbound::Datagram { from, payload }) => {
+                assert_eq!(from, proxy_addr, "{mode:?}: misattributed");
+                assert_eq!(&payload[..], data, "{mode:?}");
+            }
+            (Err(_), Inbound::Nothing) => {}
+        }
+        match layer.inbound(0, stranger, Bytes::copy_from_slice(data)) {
+            Inbound::Datagram { from, .. } => assert_eq!(from, stranger, "{mode:?}"),
+            Inbound::Nothing => assert!(data.len() >= 2, "{mode:?}"),
+        }
+        let Ok(h) = result else { continue };
+        parsed = true;
+        assert!(h.len <= data.len());
+        if let (Some(source), Some(destination)) = (h.source, h.destination) {
+            let mut again = Vec::new();
+            match mode {
+                ProxyMode::Spectrum => proxy::write_spp(source, destination, &mut again),
+                _ => proxy::write_v2(source, destination, &mut again),
+            }
+            let back = parse(&again).expect("a written header parses");
+            assert_eq!((back.source, back.destination), (h.source, h.destination));
+        }
+    }
+    parsed
 }
 
 /// Drive a server endpoint and two client endpoints that connect to it (from one IP) with a

@@ -52,6 +52,7 @@ mod handshake;
 pub mod hash;
 pub mod memory;
 pub mod message;
+pub mod proxy;
 pub mod rates;
 mod recv;
 mod reliability;

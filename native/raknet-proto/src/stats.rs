@@ -209,4 +209,6 @@ pub struct EndpointStats {
     /// [`crate::Limits::SEND_OVERHEAD`] per frame); bounded by
     /// [`crate::Limits::max_endpoint_send_bytes`]. With an [`EndpointGroup`](crate::EndpointGroup), the group's.
     pub send_backlog_bytes: usize,
+    /// What the proxy layer did (all zero without [`crate::EndpointConfig::proxy`]).
+    pub proxy: crate::proxy::ProxyStats,
 }

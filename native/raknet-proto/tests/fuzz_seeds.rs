@@ -36,6 +36,11 @@ fn run_seeds(target: &str, body: fn(&[u8]) -> bool) {
 }
 
 #[test]
+fn proxy_header_seeds() {
+    run_seeds("proxy_header", raknet_proto::fuzzing::proxy_header);
+}
+
+#[test]
 fn datagram_seeds() {
     run_seeds("datagram", raknet_proto::fuzzing::datagram);
 }

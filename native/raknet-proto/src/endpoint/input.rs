@@ -8,11 +8,19 @@ impl Endpoint {
     /// Process a datagram received from `from`.
     pub fn handle(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
         let from = addr::unmap(from);
+        let now_ms = self.ms(now);
+        // Behind a trusted proxy, the client's address is the peer's from here on.
+        let (from, datagram) = match self.proxy.as_mut() {
+            None => (from, datagram),
+            Some(proxy) => match proxy.inbound(now_ms, from, datagram) {
+                Inbound::Datagram { from, payload } => (from, payload),
+                Inbound::Nothing => return,
+            },
+        };
         let Some(&first) = datagram.first() else {
             self.stats.malformed += 1;
             return;
         };
-        let now_ms = self.ms(now);
         if self.bans.is_banned(from.ip(), now_ms) {
             self.stats.banned += 1;
             // Only connection attempts learn why, and only those at least as long as the

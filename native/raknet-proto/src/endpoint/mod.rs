@@ -22,6 +22,7 @@ use crate::message::{
     id, AlreadyConnected, ConnectionBanned, IpRecentlyConnected, NoFreeIncomingConnections,
     OfflineMessage, OpenConnectionRequest2, UnconnectedPing, UnconnectedPong,
 };
+use crate::proxy::{self, Inbound, ProxyLayer, ProxyMode};
 use crate::rng::derive;
 use crate::send::flight::ReceiptOutcome;
 use crate::send::gate::{GateOwner, SendGate};
@@ -227,6 +228,8 @@ pub struct Endpoint {
     suspended: bool,
     /// Connections without proof of address, per IP (IPv6 by /64, see [`ip_key`]).
     unproven: NetworkCounts,
+    /// Real client addresses behind trusted proxies ([`EndpointConfig::proxy`]).
+    proxy: Option<ProxyLayer>,
 }
 
 impl Endpoint {
@@ -250,6 +253,9 @@ impl Endpoint {
         let handshake = ServerHandshake::new(&config, group.clone());
         let tracked = config.admission.max_tracked_ips;
         let pong_bytes = config.admission.pong_bytes_per_sec;
+        // A flow lives as long as a connection or a handshake could without a datagram.
+        let flow_idle = config.timeout.max(config.handshake_timeout).as_millis() as u64;
+        let proxy = config.proxy.clone().map(|p| ProxyLayer::new(p, flow_idle));
         Self {
             config: Arc::new(config),
             local_addr,
@@ -278,6 +284,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             suspended: false,
             unproven: NetworkCounts::default(),
+            proxy,
         }
     }
 
@@ -307,6 +314,11 @@ impl Endpoint {
             reservations_lapsed: self.handshake.reservations_lapsed(),
             strict: self.handshake.strict(),
             unproven: self.unproven.total(),
+            proxy: self
+                .proxy
+                .as_ref()
+                .map(ProxyLayer::stats)
+                .unwrap_or_default(),
             ..self.stats
         }
     }
@@ -613,6 +625,34 @@ impl Endpoint {
 
     /// Write the next datagram to send into `buf`; `None` when there is nothing to send.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let mut tx = self.poll_transmit_to_peer(now, buf)?;
+        // A client behind a proxy is reached through the proxy's flow (Spectrum's with its
+        // header in front).
+        if let Some(proxy) = self.proxy.as_ref().filter(|p| p.carries_any()) {
+            let (via, header) = proxy.outbound(tx.destination);
+            if let Some(header) = header {
+                buf.splice(0..0, header.iter().copied());
+                tx.size = buf.len();
+            }
+            tx.destination = via;
+        }
+        if let Some((mode, source)) = self.config.send_proxy_header {
+            let offline = buf.first().is_some_and(|b| b & crate::flags::VALID == 0);
+            if mode != ProxyMode::V2First || offline {
+                let mut header = Vec::with_capacity(proxy::SPP_LEN);
+                match mode {
+                    ProxyMode::Spectrum => proxy::write_spp(source, tx.destination, &mut header),
+                    _ => proxy::write_v2(source, tx.destination, &mut header),
+                }
+                buf.splice(0..0, header);
+                tx.size = buf.len();
+            }
+        }
+        Some(tx)
+    }
+
+    /// [`Endpoint::poll_transmit`] with the peer's own address (a proxied client's real one).
+    fn poll_transmit_to_peer(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if let Some((to, data)) = self.offline_out.pop_front() {
             buf.clear();
             buf.extend_from_slice(&data);

@@ -1,0 +1,878 @@
+//! Real client addresses behind a UDP proxy: the PROXY protocol v2 header (HAProxy's binary
+//! format, carried in front of a datagram) and Cloudflare Spectrum's Simple Proxy Protocol
+//! (SPP, a fixed 38-byte header on every datagram).
+//!
+//! The parsers here read untrusted bytes: they never panic, allocate nothing, and say why a
+//! header is refused ([`HeaderError`]). [`ProxyLayer`] applies them for an endpoint: it
+//! believes headers only from trusted source prefixes, remembers which proxy flow carries
+//! which client (so that replies go back through the proxy), and bounds and expires that
+//! memory like a half-open handshake's.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+
+use bytes::Bytes;
+
+use crate::addr;
+
+/// The 12 bytes every PROXY v2 header starts with.
+pub const V2_SIGNATURE: [u8; 12] = [
+    0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A,
+];
+/// The fixed part of a v2 header: signature, version/command, family/protocol, length.
+pub const V2_FIXED_LEN: usize = 16;
+/// A PROXY v1 header (text) starts with these bytes; v1 is for TCP streams, never trusted on
+/// UDP.
+pub const V1_PREFIX: &[u8; 6] = b"PROXY ";
+/// The magic number an SPP header starts with.
+pub const SPP_MAGIC: [u8; 2] = [0x56, 0xEC];
+/// An SPP header's length.
+pub const SPP_LEN: usize = 38;
+
+/// Why a header was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderError {
+    /// Shorter than its fixed part, or its length field runs past the datagram.
+    Truncated,
+    /// A PROXY v1 text header: not accepted on UDP.
+    V1,
+    /// Not version 2.
+    Version,
+    /// A command other than LOCAL (0) or PROXY (1).
+    Command,
+    /// An address family or transport protocol we do not know (UNIX sockets included: they
+    /// name no IP address).
+    Family,
+    /// The length field is too short for the family's addresses.
+    Length,
+    /// A TLV runs past the header.
+    Tlv,
+    /// The client address is not one a client can send from (unspecified, multicast,
+    /// broadcast, or port 0).
+    Address,
+    /// Not a header at all (no signature, or no SPP magic).
+    Missing,
+}
+
+impl fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Truncated => "header truncated",
+            Self::V1 => "PROXY v1 text header on UDP",
+            Self::Version => "not PROXY protocol version 2",
+            Self::Command => "unknown PROXY command",
+            Self::Family => "unknown address family or protocol",
+            Self::Length => "address block too short for its family",
+            Self::Tlv => "TLV runs past the header",
+            Self::Address => "client address not usable",
+            Self::Missing => "no proxy header",
+        })
+    }
+}
+
+impl std::error::Error for HeaderError {}
+
+/// A header that parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// The client's address: `None` for a v2 LOCAL command or an UNSPEC family (the proxy
+    /// speaking for itself, e.g. a health check).
+    pub source: Option<SocketAddr>,
+    /// The address the client sent to (the proxy's, as the proxy saw it), when given.
+    pub destination: Option<SocketAddr>,
+    /// Bytes of the datagram the header takes; the payload follows.
+    pub len: usize,
+}
+
+/// Whether `data` starts with the PROXY v2 signature.
+pub fn has_v2_signature(data: &[u8]) -> bool {
+    data.starts_with(&V2_SIGNATURE)
+}
+
+/// Whether `data` starts with a PROXY v1 text header's prefix.
+pub fn has_v1_prefix(data: &[u8]) -> bool {
+    data.starts_with(V1_PREFIX)
+}
+
+/// Whether `data` starts with SPP's magic number.
+pub fn has_spp_magic(data: &[u8]) -> bool {
+    data.starts_with(&SPP_MAGIC)
+}
+
+/// Parse the PROXY v2 header at the start of `data`.
+///
+/// Accepts the PROXY and LOCAL commands, IPv4 and IPv6 with DGRAM or STREAM (some proxies
+/// send STREAM's value over UDP) or UNSPEC protocol, and the UNSPEC family (no address).
+/// TLVs are walked to check their framing and otherwise ignored.
+pub fn parse_v2(data: &[u8]) -> Result<Header, HeaderError> {
+    if !has_v2_signature(data) {
+        return Err(if has_v1_prefix(data) {
+            HeaderError::V1
+        } else if V2_SIGNATURE.starts_with(data) {
+            HeaderError::Truncated
+        } else {
+            HeaderError::Missing
+        });
+    }
+    if data.len() < V2_FIXED_LEN {
+        return Err(HeaderError::Truncated);
+    }
+    let (version, command) = (data[12] >> 4, data[12] & 0x0F);
+    if version != 2 {
+        return Err(HeaderError::Version);
+    }
+    if command > 1 {
+        return Err(HeaderError::Command);
+    }
+    let (family, protocol) = (data[13] >> 4, data[13] & 0x0F);
+    if protocol > 2 {
+        return Err(HeaderError::Family);
+    }
+    let body_len = usize::from(u16::from_be_bytes([data[14], data[15]]));
+    let len = V2_FIXED_LEN + body_len;
+    let Some(body) = data.get(V2_FIXED_LEN..len) else {
+        return Err(HeaderError::Truncated);
+    };
+    let (addresses, rest) = match family {
+        0 => (None, body),
+        1 => {
+            let Some((a, rest)) = body.split_first_chunk::<12>() else {
+                return Err(HeaderError::Length);
+            };
+            let ip = |at: usize| IpAddr::V4(Ipv4Addr::new(a[at], a[at + 1], a[at + 2], a[at + 3]));
+            let port = |at: usize| u16::from_be_bytes([a[at], a[at + 1]]);
+            let pair = (
+                SocketAddr::new(ip(0), port(8)),
+                SocketAddr::new(ip(4), port(10)),
+            );
+            (Some(pair), rest)
+        }
+        2 => {
+            let Some((a, rest)) = body.split_first_chunk::<36>() else {
+                return Err(HeaderError::Length);
+            };
+            let ip = |at: usize| {
+                let mut octets = [0u8; 16];
+                octets.copy_from_slice(&a[at..at + 16]);
+                IpAddr::V6(Ipv6Addr::from(octets))
+            };
+            let port = |at: usize| u16::from_be_bytes([a[at], a[at + 1]]);
+            let pair = (
+                SocketAddr::new(ip(0), port(32)),
+                SocketAddr::new(ip(16), port(34)),
+            );
+            (Some(pair), rest)
+        }
+        _ => return Err(HeaderError::Family),
+    };
+    check_tlvs(rest)?;
+    // LOCAL: the proxy speaks for itself; the address block, if any, is ignored.
+    let Some((source, destination)) = addresses.filter(|_| command == 1) else {
+        return Ok(Header {
+            source: None,
+            destination: None,
+            len,
+        });
+    };
+    let source = addr::unmap(source);
+    if !usable(source) {
+        return Err(HeaderError::Address);
+    }
+    Ok(Header {
+        source: Some(source),
+        destination: Some(addr::unmap(destination)),
+        len,
+    })
+}
+
+/// Walk the TLVs after the address block: each is a type byte, a 16-bit big-endian length
+/// and that many bytes, and together they fill the block exactly.
+fn check_tlvs(mut rest: &[u8]) -> Result<(), HeaderError> {
+    while !rest.is_empty() {
+        let Some((&[_kind, hi, lo], after)) = rest.split_first_chunk::<3>() else {
+            return Err(HeaderError::Tlv);
+        };
+        let len = usize::from(u16::from_be_bytes([hi, lo]));
+        rest = after.get(len..).ok_or(HeaderError::Tlv)?;
+    }
+    Ok(())
+}
+
+/// Parse the SPP header at the start of `data`: the client's address (its `source`) and the
+/// proxy's (its `destination`).
+pub fn parse_spp(data: &[u8]) -> Result<Header, HeaderError> {
+    if !has_spp_magic(data) {
+        return Err(HeaderError::Missing);
+    }
+    let Some(h) = data.first_chunk::<SPP_LEN>() else {
+        return Err(HeaderError::Truncated);
+    };
+    let ip = |at: usize| {
+        let mut octets = [0u8; 16];
+        octets.copy_from_slice(&h[at..at + 16]);
+        IpAddr::V6(Ipv6Addr::from(octets))
+    };
+    let port = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+    let source = addr::unmap(SocketAddr::new(ip(2), port(34)));
+    let destination = addr::unmap(SocketAddr::new(ip(18), port(36)));
+    if !usable(source) {
+        return Err(HeaderError::Address);
+    }
+    Ok(Header {
+        source: Some(source),
+        destination: Some(destination),
+        len: SPP_LEN,
+    })
+}
+
+/// Whether a client can send from `a`.
+fn usable(a: SocketAddr) -> bool {
+    let ip = a.ip();
+    let broadcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+    a.port() != 0 && !ip.is_unspecified() && !ip.is_multicast() && !broadcast
+}
+
+/// Write a PROXY v2 header (command PROXY, protocol DGRAM) saying `source` sent to
+/// `destination`. Mixed families are written as IPv6 (IPv4 addresses mapped).
+pub fn write_v2(source: SocketAddr, destination: SocketAddr, out: &mut Vec<u8>) {
+    out.extend_from_slice(&V2_SIGNATURE);
+    out.push(0x21);
+    match (addr::unmap(source), addr::unmap(destination)) {
+        (SocketAddr::V4(s), SocketAddr::V4(d)) => {
+            out.push(0x12);
+            out.extend_from_slice(&12u16.to_be_bytes());
+            out.extend_from_slice(&s.ip().octets());
+            out.extend_from_slice(&d.ip().octets());
+        }
+        (s, d) => {
+            out.push(0x22);
+            out.extend_from_slice(&36u16.to_be_bytes());
+            out.extend_from_slice(&v6_octets(s.ip()));
+            out.extend_from_slice(&v6_octets(d.ip()));
+        }
+    }
+    out.extend_from_slice(&source.port().to_be_bytes());
+    out.extend_from_slice(&destination.port().to_be_bytes());
+}
+
+/// Write an SPP header: `client` sent to the proxy at `proxy`.
+pub fn write_spp(client: SocketAddr, proxy: SocketAddr, out: &mut Vec<u8>) {
+    out.extend_from_slice(&SPP_MAGIC);
+    out.extend_from_slice(&v6_octets(client.ip()));
+    out.extend_from_slice(&v6_octets(proxy.ip()));
+    out.extend_from_slice(&client.port().to_be_bytes());
+    out.extend_from_slice(&proxy.port().to_be_bytes());
+}
+
+fn v6_octets(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// An address prefix: `10.0.0.0/8`, `2001:db8::/32`, or one address (`192.0.2.7`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpPrefix {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl IpPrefix {
+    /// The prefix of `len` bits of `addr` (bits past it are ignored); `None` if `len` is
+    /// longer than the address.
+    pub fn new(addr: IpAddr, len: u8) -> Option<Self> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (len <= max).then_some(Self {
+            addr: addr::unmap_ip(addr),
+            len,
+        })
+    }
+
+    /// Whether `ip` (IPv4-mapped IPv6 counts as IPv4) is inside this prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, addr::unmap_ip(ip)) {
+            (IpAddr::V4(p), IpAddr::V4(a)) => same_bits(
+                u128::from(p.to_bits()),
+                u128::from(a.to_bits()),
+                32,
+                self.len,
+            ),
+            (IpAddr::V6(p), IpAddr::V6(a)) => same_bits(p.to_bits(), a.to_bits(), 128, self.len),
+            _ => false,
+        }
+    }
+}
+
+/// Whether the first `len` of the `width` low bits of `a` and `b` agree.
+fn same_bits(a: u128, b: u128, width: u32, len: u8) -> bool {
+    let len = u32::from(len);
+    len == 0 || (a ^ b) >> (width - len) == 0
+}
+
+impl FromStr for IpPrefix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("not an address prefix: {s:?}");
+        let (ip, len) = match s.split_once('/') {
+            Some((ip, len)) => (ip, Some(len)),
+            None => (s, None),
+        };
+        let ip: IpAddr = ip.trim().parse().map_err(|_| bad())?;
+        let len = match len {
+            Some(len) => len.trim().parse().map_err(|_| bad())?,
+            None if ip.is_ipv4() => 32,
+            None => 128,
+        };
+        Self::new(ip, len).ok_or_else(bad)
+    }
+}
+
+impl fmt::Display for IpPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// Where a trusted proxy puts the client's address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// A PROXY v2 header on the first datagram of a flow (frp, playit, sozu), in front of it
+    /// or alone in a datagram of its own; the flow's later datagrams carry none.
+    V2First,
+    /// A PROXY v2 header on every datagram.
+    V2Every,
+    /// Cloudflare Spectrum's SPP header on every datagram; replies carry one too (the proxy
+    /// strips it).
+    Spectrum,
+}
+
+/// How an endpoint learns client addresses from proxies in front of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// The header format.
+    pub mode: ProxyMode,
+    /// Sources whose headers are believed. A header from anyone else is dropped (counted);
+    /// their datagrams without one are served as direct clients.
+    pub trusted: Vec<IpPrefix>,
+    /// Drop datagrams from trusted sources that arrive without a header (and, in
+    /// [`ProxyMode::V2First`], without a flow a header opened).
+    pub required: bool,
+    /// Proxy flows remembered at most (each maps a proxy address and port to a client);
+    /// new flows past it are dropped until old ones expire.
+    pub max_flows: usize,
+}
+
+impl ProxyConfig {
+    /// A configuration trusting `trusted`, headers optional, 16,384 flows.
+    pub fn new(mode: ProxyMode, trusted: Vec<IpPrefix>) -> Self {
+        Self {
+            mode,
+            trusted,
+            required: false,
+            max_flows: 16_384,
+        }
+    }
+
+    /// Whether headers from `ip` are believed.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|p| p.contains(ip))
+    }
+}
+
+/// Counters of what the proxy layer did with datagrams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProxyStats {
+    /// Datagrams whose client address came from a header or a flow.
+    pub proxied: u64,
+    /// Datagrams from untrusted sources that carried a header (or a v1 text one): dropped.
+    pub untrusted_header: u64,
+    /// Headers from trusted sources that did not parse: dropped.
+    pub malformed_header: u64,
+    /// Datagrams from trusted sources without a header (or flow) while one is required:
+    /// dropped.
+    pub missing_header: u64,
+    /// New flows refused because `max_flows` were remembered: dropped.
+    pub flows_full: u64,
+    /// Flows remembered now.
+    pub flows: usize,
+}
+
+#[derive(Debug)]
+struct Flow {
+    client: SocketAddr,
+    /// The header to put in front of replies (Spectrum), client and proxy as received.
+    reply_header: Option<[u8; SPP_LEN]>,
+    last_ms: u64,
+}
+
+/// What [`ProxyLayer::inbound`] made of a datagram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inbound {
+    /// Hand `payload` to the protocol as coming from `from`.
+    Datagram {
+        /// The client: the header's (or flow's) address, or the sender's own.
+        from: SocketAddr,
+        /// The datagram without its header.
+        payload: Bytes,
+    },
+    /// Nothing for the protocol: a header alone in its datagram (its flow is remembered), or
+    /// a drop (counted).
+    Nothing,
+}
+
+/// The proxy support of an endpoint: it turns datagrams from proxies into datagrams from
+/// clients, and tells replies to clients which proxy flow to take.
+#[derive(Debug)]
+pub struct ProxyLayer {
+    config: ProxyConfig,
+    /// Keyed by the proxy's address and port as the socket sees them.
+    flows: HashMap<SocketAddr, Flow>,
+    /// A client's flow.
+    by_client: HashMap<SocketAddr, SocketAddr>,
+    /// How long a flow lives without a datagram.
+    idle_ms: u64,
+    last_sweep_ms: u64,
+    stats: ProxyStats,
+}
+
+impl ProxyLayer {
+    /// A layer for `config`; flows idle for `idle_ms` are forgotten (an endpoint passes the
+    /// longer of its connection timeout and its handshake timeout: a live connection hears
+    /// from its client more often than that).
+    pub fn new(config: ProxyConfig, idle_ms: u64) -> Self {
+        Self {
+            config,
+            flows: HashMap::new(),
+            by_client: HashMap::new(),
+            idle_ms,
+            last_sweep_ms: 0,
+            stats: ProxyStats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ProxyStats {
+        ProxyStats {
+            flows: self.flows.len(),
+            ..self.stats
+        }
+    }
+
+    /// A datagram `from` the socket's point of view, at `now_ms`.
+    pub fn inbound(&mut self, now_ms: u64, from: SocketAddr, datagram: Bytes) -> Inbound {
+        let header_like = match self.config.mode {
+            ProxyMode::V2First | ProxyMode::V2Every => {
+                has_v2_signature(&datagram) || has_v1_prefix(&datagram)
+            }
+            ProxyMode::Spectrum => has_spp_magic(&datagram),
+        };
+        if !self.config.trusts(from.ip()) {
+            if header_like {
+                self.stats.untrusted_header += 1;
+                return Inbound::Nothing;
+            }
+            return Inbound::Datagram {
+                from,
+                payload: datagram,
+            };
+        }
+        if !header_like {
+            if let Some(flow) = self.flows.get_mut(&from) {
+                flow.last_ms = now_ms;
+                self.stats.proxied += 1;
+                return Inbound::Datagram {
+                    from: flow.client,
+                    payload: datagram,
+                };
+            }
+            if self.config.required {
+                self.stats.missing_header += 1;
+                return Inbound::Nothing;
+            }
+            return Inbound::Datagram {
+                from,
+                payload: datagram,
+            };
+        }
+        let parsed = match self.config.mode {
+            ProxyMode::Spectrum => parse_spp(&datagram),
+            _ => parse_v2(&datagram),
+        };
+        let header = match parsed {
+            Ok(header) => header,
+            Err(_) => {
+                self.stats.malformed_header += 1;
+                return Inbound::Nothing;
+            }
+        };
+        let payload = datagram.slice(header.len..);
+        let Some(client) = header.source else {
+            // The proxy speaking for itself.
+            return if payload.is_empty() {
+                Inbound::Nothing
+            } else {
+                Inbound::Datagram { from, payload }
+            };
+        };
+        let reply_header = (self.config.mode == ProxyMode::Spectrum).then(|| {
+            let mut h = [0u8; SPP_LEN];
+            h.copy_from_slice(&datagram[..SPP_LEN]);
+            h
+        });
+        if !self.remember(now_ms, from, client, reply_header) {
+            self.stats.flows_full += 1;
+            return Inbound::Nothing;
+        }
+        self.stats.proxied += 1;
+        if payload.is_empty() {
+            return Inbound::Nothing;
+        }
+        Inbound::Datagram {
+            from: client,
+            payload,
+        }
+    }
+
+    /// Map the flow `via` to `client`; false if the table is full.
+    fn remember(
+        &mut self,
+        now_ms: u64,
+        via: SocketAddr,
+        client: SocketAddr,
+        reply_header: Option<[u8; SPP_LEN]>,
+    ) -> bool {
+        if let Some(flow) = self.flows.get_mut(&via) {
+            flow.last_ms = now_ms;
+            flow.reply_header = reply_header;
+            if flow.client != client {
+                // The proxy gave its port to another client.
+                let old = std::mem::replace(&mut flow.client, client);
+                if self.by_client.get(&old) == Some(&via) {
+                    self.by_client.remove(&old);
+                }
+                self.by_client.insert(client, via);
+            }
+            return true;
+        }
+        if self.flows.len() >= self.config.max_flows {
+            // At most one sweep a second: a flood of new flows must not make every datagram
+            // walk the table.
+            if now_ms.saturating_sub(self.last_sweep_ms) >= 1_000 {
+                self.sweep(now_ms);
+            }
+            if self.flows.len() >= self.config.max_flows {
+                return false;
+            }
+        }
+        self.flows.insert(
+            via,
+            Flow {
+                client,
+                reply_header,
+                last_ms: now_ms,
+            },
+        );
+        if let Some(old) = self.by_client.insert(client, via) {
+            // The client came through another port of the proxy: that flow is stale.
+            if old != via {
+                self.flows.remove(&old);
+            }
+        }
+        true
+    }
+
+    /// Forget flows idle for longer than the layer's idle time.
+    pub fn sweep(&mut self, now_ms: u64) {
+        self.last_sweep_ms = now_ms;
+        let idle = self.idle_ms;
+        let by_client = &mut self.by_client;
+        self.flows.retain(|via, flow| {
+            let keep = now_ms.saturating_sub(flow.last_ms) <= idle;
+            if !keep && by_client.get(&flow.client) == Some(via) {
+                by_client.remove(&flow.client);
+            }
+            keep
+        });
+    }
+
+    /// Where a datagram for `client` goes: the proxy flow that carries it (and, for
+    /// Spectrum, the header to put in front), or `client` itself when no proxy carries it.
+    pub fn outbound(&self, client: SocketAddr) -> (SocketAddr, Option<&[u8; SPP_LEN]>) {
+        match self.by_client.get(&client) {
+            Some(via) => {
+                let header = self.flows.get(via).and_then(|f| f.reply_header.as_ref());
+                (*via, header)
+            }
+            None => (client, None),
+        }
+    }
+
+    /// Whether any client is carried by a proxy now (replies need [`Self::outbound`]).
+    pub fn carries_any(&self) -> bool {
+        !self.by_client.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn v2_ipv4_dgram_vector() {
+        // 203.0.113.7:50000 -> 192.0.2.1:19132, then the payload 0x01.
+        let wire = [
+            0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54,
+            0x0A, // signature
+            0x21, 0x12, 0x00, 0x0C, // v2 PROXY, INET DGRAM, 12 bytes
+            203, 0, 113, 7, 192, 0, 2, 1, 0xC3, 0x50, 0x4A, 0xBC, 0x01,
+        ];
+        let h = parse_v2(&wire).unwrap();
+        assert_eq!(h.source, Some(sa("203.0.113.7:50000")));
+        assert_eq!(h.destination, Some(sa("192.0.2.1:19132")));
+        assert_eq!(h.len, 28);
+        let mut out = Vec::new();
+        write_v2(sa("203.0.113.7:50000"), sa("192.0.2.1:19132"), &mut out);
+        assert_eq!(out[..], wire[..28]);
+    }
+
+    #[test]
+    fn v2_ipv6_stream_with_tlvs() {
+        let mut wire = Vec::new();
+        write_v2(
+            sa("[2001:db8::7]:4000"),
+            sa("[2001:db8::1]:19132"),
+            &mut wire,
+        );
+        // STREAM instead of DGRAM, and two TLVs (a NOOP of 2 bytes, an empty one).
+        wire[13] = 0x21;
+        wire[15] += 5 + 3;
+        wire.extend_from_slice(&[0x04, 0x00, 0x02, 0xAA, 0xBB, 0x20, 0x00, 0x00]);
+        wire.push(0x84);
+        let h = parse_v2(&wire).unwrap();
+        assert_eq!(h.source, Some(sa("[2001:db8::7]:4000")));
+        assert_eq!(h.len, wire.len() - 1);
+    }
+
+    #[test]
+    fn v2_refusals() {
+        let mut good = Vec::new();
+        write_v2(sa("203.0.113.7:50000"), sa("192.0.2.1:19132"), &mut good);
+        let with = |at: usize, byte: u8| {
+            let mut w = good.clone();
+            w[at] = byte;
+            parse_v2(&w)
+        };
+        assert_eq!(parse_v2(b"PROXY UDP4 1.2.3.4"), Err(HeaderError::V1));
+        assert_eq!(parse_v2(&good[..10]), Err(HeaderError::Truncated));
+        assert_eq!(parse_v2(&good[..20]), Err(HeaderError::Truncated));
+        assert_eq!(parse_v2(b"\x84\x00\x00\x00"), Err(HeaderError::Missing));
+        assert_eq!(with(12, 0x11), Err(HeaderError::Version));
+        assert_eq!(with(12, 0x22), Err(HeaderError::Command));
+        assert_eq!(with(13, 0x32), Err(HeaderError::Family)); // UNIX
+        assert_eq!(with(13, 0x52), Err(HeaderError::Family));
+        assert_eq!(with(13, 0x13), Err(HeaderError::Family));
+        assert_eq!(with(15, 8), Err(HeaderError::Length));
+        assert_eq!(with(15, 200), Err(HeaderError::Truncated));
+        // A TLV that claims more than the header holds.
+        let mut w = good.clone();
+        w[15] += 3;
+        w.extend_from_slice(&[0x04, 0x00, 0x09]);
+        assert_eq!(parse_v2(&w), Err(HeaderError::Tlv));
+        // Unspecified and multicast clients, port 0.
+        let mut w = Vec::new();
+        write_v2(sa("0.0.0.0:5"), sa("192.0.2.1:1"), &mut w);
+        assert_eq!(parse_v2(&w), Err(HeaderError::Address));
+        w.clear();
+        write_v2(sa("224.0.0.1:5"), sa("192.0.2.1:1"), &mut w);
+        assert_eq!(parse_v2(&w), Err(HeaderError::Address));
+        w.clear();
+        write_v2(sa("203.0.113.7:0"), sa("192.0.2.1:1"), &mut w);
+        assert_eq!(parse_v2(&w), Err(HeaderError::Address));
+    }
+
+    #[test]
+    fn v2_local_and_unspec_have_no_source() {
+        let mut w = Vec::new();
+        write_v2(sa("203.0.113.7:50000"), sa("192.0.2.1:19132"), &mut w);
+        w[12] = 0x20; // LOCAL
+        assert_eq!(parse_v2(&w).unwrap().source, None);
+        let unspec = [&V2_SIGNATURE[..], &[0x21, 0x00, 0x00, 0x00]].concat();
+        let h = parse_v2(&unspec).unwrap();
+        assert_eq!((h.source, h.len), (None, 16));
+    }
+
+    #[test]
+    fn spp_vector() {
+        let mut wire = Vec::new();
+        write_spp(sa("203.0.113.7:50000"), sa("198.51.100.2:19132"), &mut wire);
+        assert_eq!(wire.len(), SPP_LEN);
+        assert_eq!(&wire[..2], &[0x56, 0xEC]);
+        assert_eq!(
+            &wire[2..18],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 203, 0, 113, 7]
+        );
+        assert_eq!(&wire[34..], &[0xC3, 0x50, 0x4A, 0xBC]);
+        let h = parse_spp(&wire).unwrap();
+        assert_eq!(h.source, Some(sa("203.0.113.7:50000")));
+        assert_eq!(h.destination, Some(sa("198.51.100.2:19132")));
+        assert_eq!(parse_spp(&wire[..37]), Err(HeaderError::Truncated));
+    }
+
+    #[test]
+    fn prefixes() {
+        let p: IpPrefix = "10.0.0.0/8".parse().unwrap();
+        assert!(p.contains("10.200.3.4".parse().unwrap()));
+        assert!(p.contains("::ffff:10.1.1.1".parse().unwrap()));
+        assert!(!p.contains("11.0.0.1".parse().unwrap()));
+        let p: IpPrefix = "2001:db8::/32".parse().unwrap();
+        assert!(p.contains("2001:db8:ffff::1".parse().unwrap()));
+        assert!(!p.contains("2001:db9::1".parse().unwrap()));
+        let one: IpPrefix = "127.0.0.1".parse().unwrap();
+        assert!(one.contains("127.0.0.1".parse().unwrap()));
+        assert!(!one.contains("127.0.0.2".parse().unwrap()));
+        let all: IpPrefix = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("8.8.8.8".parse().unwrap()));
+        assert!("10.0.0.0/33".parse::<IpPrefix>().is_err());
+        assert!("ten/8".parse::<IpPrefix>().is_err());
+        assert_eq!(
+            "10.1.2.3/8".parse::<IpPrefix>().unwrap().to_string(),
+            "10.1.2.3/8"
+        );
+    }
+
+    fn layer(mode: ProxyMode, required: bool) -> ProxyLayer {
+        let mut config = ProxyConfig::new(mode, vec!["10.0.0.0/8".parse().unwrap()]);
+        config.required = required;
+        config.max_flows = 4;
+        ProxyLayer::new(config, 10_000)
+    }
+
+    fn v2(client: &str, payload: &[u8]) -> Bytes {
+        let mut w = Vec::new();
+        write_v2(sa(client), sa("192.0.2.1:19132"), &mut w);
+        w.extend_from_slice(payload);
+        Bytes::from(w)
+    }
+
+    #[test]
+    fn first_datagram_mode_maps_the_flow() {
+        let mut l = layer(ProxyMode::V2First, false);
+        let proxy = sa("10.0.0.5:40000");
+        // The header alone opens the flow.
+        assert_eq!(
+            l.inbound(0, proxy, v2("203.0.113.7:50000", b"")),
+            Inbound::Nothing
+        );
+        let got = l.inbound(1, proxy, Bytes::from_static(b"\x05data"));
+        assert_eq!(
+            got,
+            Inbound::Datagram {
+                from: sa("203.0.113.7:50000"),
+                payload: Bytes::from_static(b"\x05data")
+            }
+        );
+        assert_eq!(l.outbound(sa("203.0.113.7:50000")), (proxy, None));
+        // A direct client is its own address.
+        assert_eq!(
+            l.outbound(sa("198.51.100.9:1")),
+            (sa("198.51.100.9:1"), None)
+        );
+        // Expiry.
+        l.sweep(20_000);
+        assert_eq!(l.stats().flows, 0);
+        assert_eq!(
+            l.outbound(sa("203.0.113.7:50000")).0,
+            sa("203.0.113.7:50000")
+        );
+    }
+
+    #[test]
+    fn untrusted_headers_are_dropped_and_plain_datagrams_pass() {
+        let mut l = layer(ProxyMode::V2First, true);
+        let stranger = sa("198.51.100.9:1234");
+        assert_eq!(
+            l.inbound(0, stranger, v2("203.0.113.7:50000", b"\x05")),
+            Inbound::Nothing
+        );
+        assert_eq!(
+            l.inbound(0, stranger, Bytes::from_static(b"PROXY UDP4")),
+            Inbound::Nothing
+        );
+        assert_eq!(l.stats().untrusted_header, 2);
+        assert_eq!(
+            l.inbound(0, stranger, Bytes::from_static(b"\x05")),
+            Inbound::Datagram {
+                from: stranger,
+                payload: Bytes::from_static(b"\x05")
+            }
+        );
+        // Required: a trusted source without a header or flow is dropped.
+        assert_eq!(
+            l.inbound(0, sa("10.0.0.5:1"), Bytes::from_static(b"\x05")),
+            Inbound::Nothing
+        );
+        assert_eq!(l.stats().missing_header, 1);
+    }
+
+    #[test]
+    fn table_is_bounded_and_ports_move() {
+        let mut l = layer(ProxyMode::V2Every, false);
+        for i in 0..4u16 {
+            let via = SocketAddr::new("10.0.0.5".parse().unwrap(), 1000 + i);
+            let client = format!("203.0.113.{}:5000", i + 1);
+            assert!(matches!(
+                l.inbound(0, via, v2(&client, b"\x05")),
+                Inbound::Datagram { .. }
+            ));
+        }
+        assert_eq!(
+            l.inbound(0, sa("10.0.0.5:2000"), v2("203.0.113.99:1", b"\x05")),
+            Inbound::Nothing
+        );
+        assert_eq!(l.stats().flows_full, 1);
+        // The proxy gives port 1000 to another client: the old client's mapping goes.
+        l.inbound(1, sa("10.0.0.5:1000"), v2("203.0.113.50:7", b"\x05"));
+        assert_eq!(l.outbound(sa("203.0.113.1:5000")).0, sa("203.0.113.1:5000"));
+        assert_eq!(l.outbound(sa("203.0.113.50:7")).0, sa("10.0.0.5:1000"));
+        // After the idle time a sweep makes room.
+        assert!(matches!(
+            l.inbound(20_000, sa("10.0.0.5:2000"), v2("203.0.113.99:1", b"\x05")),
+            Inbound::Datagram { .. }
+        ));
+    }
+
+    #[test]
+    fn spectrum_replies_carry_the_header() {
+        let mut l = layer(ProxyMode::Spectrum, false);
+        let mut w = Vec::new();
+        write_spp(sa("203.0.113.7:50000"), sa("198.51.100.2:19132"), &mut w);
+        let header = w.clone();
+        w.push(0x05);
+        let got = l.inbound(0, sa("10.1.1.1:7000"), Bytes::from(w));
+        assert_eq!(
+            got,
+            Inbound::Datagram {
+                from: sa("203.0.113.7:50000"),
+                payload: Bytes::from_static(b"\x05")
+            }
+        );
+        let (via, h) = l.outbound(sa("203.0.113.7:50000"));
+        assert_eq!(via, sa("10.1.1.1:7000"));
+        assert_eq!(&h.unwrap()[..], &header[..]);
+        // A malformed header from the trusted proxy is a counted drop.
+        assert_eq!(
+            l.inbound(0, sa("10.1.1.1:7000"), Bytes::from_static(&[0x56, 0xEC, 1])),
+            Inbound::Nothing
+        );
+        assert_eq!(l.stats().malformed_header, 1);
+    }
+}
