@@ -59,13 +59,13 @@ defmodule RakNet.MixProject do
         ["README.md", "CHANGELOG.md"] ++
           Enum.map(
             ~w(getting-started usage game-servers bedrock xplane-migration cluster
-                      security options performance interoperability architecture
+                      security options proxies performance interoperability architecture
                       nif-contract),
             &"docs/#{&1}.md"
           ),
       groups_for_extras: [
         Guides: ~r{docs/(getting-started|usage|game-servers|bedrock|xplane-migration|cluster)},
-        Operations: ~r{docs/(security|options|performance)},
+        Operations: ~r{docs/(security|options|proxies|performance)},
         Internals: ~r{docs/(interoperability|architecture|nif-contract)}
       ],
       groups_for_modules: [
@@ -84,7 +84,7 @@ defmodule RakNet.MixProject do
   end
 
   def application do
-    [extra_applications: [:logger], mod: {RakNet.Application, []}]
+    [extra_applications: [:logger, :crypto], mod: {RakNet.Application, []}]
   end
 
   # bench/support (the soak run shared by `make soak` and its short variant in `mix test`, and

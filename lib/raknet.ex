@@ -99,7 +99,12 @@ defmodule RakNet do
       sizes, 500 ms apart), with `{:error, :timeout}` too;
     * `:congestion_control` - `:reno` (default, as official RakNet) or `:bbr`, how fast this
       side sends (see the server option of the same name): `:bbr` keeps bulk transfers fast
-      over paths with random loss.
+      over paths with random loss;
+    * `:proxy_header` - `[mode: :v2_first | :v2_every | :spectrum, source: {ip, port}]`:
+      speak to the server as a UDP proxy would, with a header naming `source` as the client
+      (PROXY protocol v2 on the handshake's datagrams or on every datagram, or Spectrum's
+      SPP header on every datagram). For tests of servers behind proxies, and for proxies
+      written in Elixir. The server must trust this side's address (its `:proxy_protocol`).
 
   An unknown option raises `ArgumentError`. Failures:
   `{:error, {:incompatible_protocol, server_version}}`,
@@ -117,7 +122,7 @@ defmodule RakNet do
           {:ok, pid() | reference()} | {:error, term()}
   def connect(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
     # A misspelt option (`timout:`) raises instead of being ignored.
-    Keyword.validate!(opts, [:client, :timeout, :congestion_control])
+    Keyword.validate!(opts, [:client, :timeout, :congestion_control, :proxy_header])
     timeout = Keyword.get(opts, :timeout, 10_000)
     native = native_connect_opts(opts)
 
@@ -163,15 +168,36 @@ defmodule RakNet do
   end
 
   defp native_connect_opts(opts) do
-    case Keyword.get(opts, :congestion_control) do
-      nil ->
-        %{}
+    native =
+      case Keyword.get(opts, :congestion_control) do
+        nil ->
+          %{}
 
-      cc when cc in [:reno, :bbr] ->
-        %{congestion_control: cc}
+        cc when cc in [:reno, :bbr] ->
+          %{congestion_control: cc}
 
-      other ->
-        raise ArgumentError, ":congestion_control must be :reno or :bbr, got: #{inspect(other)}"
+        other ->
+          raise ArgumentError,
+                ":congestion_control must be :reno or :bbr, got: #{inspect(other)}"
+      end
+
+    case Keyword.get(opts, :proxy_header) do
+      nil -> native
+      header -> Map.put(native, :send_proxy_header, proxy_header(header))
+    end
+  end
+
+  defp proxy_header(header) do
+    with true <- Keyword.keyword?(header),
+         mode when mode in [:v2_first, :v2_every, :spectrum] <- header[:mode],
+         {ip, port} when is_integer(port) and port in 1..65_535 <- header[:source],
+         {:ok, ip} <- RakNet.Server.Config.parse_ip(ip) do
+      %{mode: mode, ip: ip |> :inet.ntoa() |> to_string(), port: port}
+    else
+      _ ->
+        raise ArgumentError,
+              ":proxy_header must be [mode: :v2_first | :v2_every | :spectrum, " <>
+                "source: {ip, port}], got: #{inspect(header)}"
     end
   end
 

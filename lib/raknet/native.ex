@@ -111,6 +111,12 @@ defmodule RakNet.Native do
     do: endpoint_connect(endpoint, host, port, owner, %{})
 
   @doc false
+  @spec endpoint_send_raw(reference(), binary(), :inet.port_number(), binary(), boolean()) ::
+          :ok | {:error, atom()}
+  def endpoint_send_raw(_endpoint, _host, _port, _data, _proven),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_ping(reference(), binary(), :inet.port_number(), pid()) :: :ok | {:error, atom()}
   def endpoint_ping(_endpoint, _host, _port, _owner), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -3,7 +3,8 @@ defmodule RakNet.Query do
   GameSpy4 (UT3) Query, as Minecraft servers answer it: the UDP status protocol that server
   lists and monitoring tools poll to show a server's name, map, player count and player names.
   Bedrock servers answer it on the game port, beside RakNet: a query datagram starts with
-  `0xFE 0xFD`, which no RakNet datagram does.
+  `0xFE 0xFD`, which RakNet would read as a connected datagram's flags, so the server looks
+  for it first, in datagrams from addresses without a RakNet session.
 
   This module is the protocol alone, pure functions and no process: `handle/5` takes one
   datagram and says what to answer.
@@ -59,12 +60,12 @@ defmodule RakNet.Query do
   | `:host_port`   | `0..65535`     | `19132`               | `hostport`                  |
   | `:host_ip`     | `String.t()`   | `"0.0.0.0"`           | `hostip`                    |
 
-  A string field may also be given as an integer. The protocol ends each string with a NUL
-  byte, so NULs are removed from every value; a value is cut to its first 255 bytes (not in
-  the middle of a UTF-8 character), an empty player name is left out, and a reply is kept
-  within 1,400 bytes, one datagram on any path: player names that do not fit are left out of
-  the full stat (`numplayers` still gives the true count), and should the values themselves
-  not fit, the longest are shortened.
+  A text field may also be given as an integer, and a count as a string. The protocol ends
+  each string with a NUL byte, so NULs are removed from every value; a value is cut to its
+  first 255 bytes (not in the middle of a UTF-8 character), an empty player name is left out,
+  and a reply is kept within 1,400 bytes, one datagram on any path: player names that do not
+  fit are left out of the full stat (`numplayers` still gives the true count), and should the
+  values themselves not fit, the longest are shortened.
 
       iex> addr = {{127, 0, 0, 1}, 50_000}
       iex> hello = <<0xFE, 0xFD, 0x09, 0, 0, 0, 1>>
@@ -82,7 +83,8 @@ defmodule RakNet.Query do
 
   ## Wire format
 
-  Checked against the wiki.vg "Query" page and PocketMine-MP's `QueryHandler` / `QueryInfo`:
+  As the wiki.vg "Query" page describes it and PocketMine-MP's `QueryHandler` and `QueryInfo`
+  send it:
 
       handshake request  FE FD 09 <session:4> (up to 16 further bytes, ignored)
       handshake reply    09 <session:4> <token, ASCII decimal> 00
@@ -175,6 +177,8 @@ defmodule RakNet.Query do
     {:reply, <<@handshake, session::binary, Integer.to_string(token)::binary, 0>>, :handshake}
   end
 
+  # The full stat request's 4 bytes of padding are not looked at: wiki.vg sends 00 00 00 00,
+  # the UT3 description FF FF FF 01, and PocketMine-MP and Minecraft check the length only.
   def handle(
         <<0xFE, 0xFD, @stat, session::binary-4, sent::32, padding::binary>>,
         address,
@@ -226,6 +230,8 @@ defmodule RakNet.Query do
 
   ## Replies
 
+  # The port is little-endian, the one such field: wiki.vg's example has `DD 63` for 25565,
+  # PocketMine-MP writes it with `writeLShort`.
   defp basic_stat(info) do
     v = values(info)
     texts = [v.motd, v.gametype, v.map, v.num_players, v.max_players, v.host_ip]
@@ -259,6 +265,9 @@ defmodule RakNet.Query do
     room = @max_reply - @full_overhead - Enum.sum(Enum.map(texts, &byte_size/1))
     names = names_that_fit(v.players, room, [])
 
+    # The two fixed runs are wiki.vg's "padding" of the full stat response, 11 bytes
+    # ("splitnum" 00 80 00) before the pairs and 10 (01 "player_" 00 00) after their closing
+    # empty key, as PocketMine-MP's `QueryInfo::getLongQuery` sends them too.
     IO.iodata_to_binary([
       ["splitnum", 0, 0x80, 0],
       pairs,
@@ -329,6 +338,7 @@ defmodule RakNet.Query do
 
   defp text(value, _default) when is_integer(value),
     do: value |> Integer.to_string() |> cut(@max_value)
+
   defp text(_value, default), do: default
 
   # The first `max` bytes of `text`, fewer when the cut would split a UTF-8 character (by at

@@ -410,6 +410,16 @@ defmodule RakNet.Server do
     do: call(server, {:set_offline_ping_response, data})
 
   @doc """
+  Replaces what the server answers GameSpy4 Query with (a server started with `query: true`;
+  see `RakNet.Query` for the keys): the MOTD, the player list and counts, the map... Keys
+  not given take their defaults; `:host_port` defaults to the server's port.
+
+      :ok = RakNet.Server.set_query_info(server, %{motd: "My server", players: ["Steve"]})
+  """
+  @spec set_query_info(Supervisor.supervisor(), map()) :: :ok | {:error, :stopping}
+  def set_query_info(server, info) when is_map(info), do: call(server, {:set_query_info, info})
+
+  @doc """
   The current Unix time in milliseconds, minus `offset`; X-Plane's `RakNet.Server.timestamp/1`.
 
       iex> RakNet.Server.timestamp() > 1_600_000_000_000

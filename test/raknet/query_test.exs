@@ -295,6 +295,7 @@ defmodule RakNet.QueryTest do
 
       for session <- [<<0, 0, 0, 0>>, <<0xFF, 0xFF, 0xFF, 0xFF>>, <<0x0F, 0x0F, 0x0F, 0x0F>>] do
         request = <<0xFE, 0xFD, 0, session::binary, token::32>>
+
         assert {:reply, <<0, ^session::binary-4, _::binary>>, :stat} =
                  Query.handle(request, @addr, @info, @secret, @now)
       end

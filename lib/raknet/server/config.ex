@@ -217,6 +217,36 @@ defmodule RakNet.Server.Config do
       endpoint thread (a reply leaves sooner, for less CPU). Bursts of sends still go through
       the endpoint thread, which packs them into fewer datagrams. `false` sends everything
       through the endpoint thread.
+    * `:proxy_protocol` - the server sits behind UDP proxies that name each client in a
+      header: `[mode: mode, trusted: prefixes, required: boolean, max_flows: integer]`.
+      `mode` is `:v2_first` (a PROXY protocol v2 header on the first datagram of each flow,
+      as frp, playit and sozu send it), `:v2_every` (one on every datagram) or `:spectrum`
+      (Cloudflare Spectrum's 38-byte Simple Proxy Protocol header on every datagram; replies
+      carry it back). `trusted` lists the proxies' addresses or networks (`"10.0.0.0/8"`,
+      `"2001:db8::/32"`, `{127, 0, 0, 1}`): headers from anyone else are dropped and counted
+      (`proxy_untrusted_header`). With `required: true` (default `false`) a datagram from a
+      trusted proxy without a header is dropped too. The client's real address then stands
+      for the peer everywhere: per-IP limits and fair shares, bans, cookies, "recently
+      connected", `info/1`, `connections/1`, `lookup/2` and telemetry; replies go to the
+      proxy. `max_flows` (default 16 384) bounds the proxy flows remembered (each maps a
+      proxy port to a client, and is forgotten after `:client_timeout_ms` without a
+      datagram). See the "Behind a proxy" guide (docs/proxies.md). Default `nil`: no header
+      is believed.
+    * `:query` - answer GameSpy4 Query (the server-list status protocol of Minecraft
+      servers, `RakNet.Query`) on the game port: `true`, or the initial info map; keep it
+      current with `RakNet.Server.set_query_info/2`. Query datagrams (`FE FD`) from
+      addresses without a RakNet session go to the server's listener process, at most 10 per
+      IP and 1 000 in all per second; stat replies are only sent once the asker returned the
+      challenge token it was sent. Default `false`.
+    * `:raw_handler` - `{module, arg}`: other datagrams that are not RakNet, starting with
+      one of `:raw_prefixes`, from addresses without a RakNet session, are offered to
+      `module.handle_datagram(data, {ip, port}, arg)` in the server's listener process
+      (within the same rates as `:query`). It returns `:noreply`, `{:reply, iodata}` (sent
+      from the game port if no larger than 3 times the datagram) or `{:reply, iodata,
+      :proven}` (up to 4 096 bytes: for an address the handler proved, e.g. it echoed a
+      token). Exclusive with `:query`. Default `nil`.
+    * `:raw_prefixes` - the first bytes of the datagrams `:raw_handler` is offered. Default
+      `[<<0xFE, 0xFD>>]`.
   """
   @type option ::
           {:name, GenServer.name()}
@@ -260,6 +290,10 @@ defmodule RakNet.Server.Config do
           | {:congestion_control, :reno | :bbr}
           | {:endpoint_threads, 1..1024 | nil}
           | {:batch_delivery, boolean()}
+          | {:proxy_protocol, keyword() | nil}
+          | {:query, boolean() | map()}
+          | {:raw_handler, {module(), term()} | nil}
+          | {:raw_prefixes, [binary(), ...]}
           | {:inline_sends, boolean()}
           | {:bans, [RakNet.Server.ban_target()]}
           | {:send_delay_ms, 0..1000}
@@ -313,6 +347,10 @@ defmodule RakNet.Server.Config do
             endpoint_threads: nil,
             batch_delivery: true,
             inline_sends: true,
+            proxy_protocol: nil,
+            query: false,
+            raw_handler: nil,
+            raw_prefixes: [<<0xFE, 0xFD>>],
             bans: [],
             send_delay_ms: nil,
             accept: nil,
@@ -649,6 +687,63 @@ defmodule RakNet.Server.Config do
     end)
   end
 
+  defp validate(:proxy_protocol, nil), do: nil
+
+  defp validate(:proxy_protocol, opts) when is_list(opts) do
+    expected =
+      "[mode: :v2_first | :v2_every | :spectrum, trusted: [address or network, ...], " <>
+        "required: boolean, max_flows: pos_integer]"
+
+    unless Keyword.keyword?(opts) and
+             Enum.all?(Keyword.keys(opts), &(&1 in [:mode, :trusted, :required, :max_flows])),
+           do: check(:proxy_protocol, opts, false, expected)
+
+    mode = Keyword.get(opts, :mode)
+    trusted = Keyword.get(opts, :trusted, [])
+    required = Keyword.get(opts, :required, false)
+    max_flows = Keyword.get(opts, :max_flows, 16_384)
+
+    networks =
+      if is_list(trusted) and trusted != [],
+        do: Enum.map(trusted, &trusted_network/1),
+        else: [:error]
+
+    check(
+      :proxy_protocol,
+      opts,
+      mode in [:v2_first, :v2_every, :spectrum] and :error not in networks and
+        is_boolean(required) and is_integer(max_flows) and max_flows > 0,
+      expected
+    )
+
+    %{mode: mode, trusted: networks, required: required, max_flows: max_flows}
+  end
+
+  defp validate(:proxy_protocol, value),
+    do: check(:proxy_protocol, value, false, "nil or a keyword list")
+
+  defp validate(:query, value),
+    do: check(:query, value, is_boolean(value) or is_map(value), "a boolean or an info map")
+
+  defp validate(:raw_handler, value),
+    do:
+      check(
+        :raw_handler,
+        value,
+        is_nil(value) or match?({module, _} when is_atom(module), value),
+        "nil or {module, arg}"
+      )
+
+  defp validate(:raw_prefixes, value),
+    do:
+      check(
+        :raw_prefixes,
+        value,
+        is_list(value) and value != [] and
+          Enum.all?(value, &(is_binary(&1) and byte_size(&1) in 1..64)),
+        "a non-empty list of binaries (1 to 64 bytes)"
+      )
+
   defp validate(:bans, bans),
     do: check(:bans, bans, false, "a list of addresses, networks or {:guid, guid}")
 
@@ -691,6 +786,9 @@ defmodule RakNet.Server.Config do
       )
 
   defp check_relations(config) do
+    if config.query != false and config.raw_handler != nil,
+      do: raise(ArgumentError, ":query and :raw_handler are exclusive: give one of them")
+
     if config.min_mtu > config.max_mtu,
       do:
         raise(
@@ -706,6 +804,35 @@ defmodule RakNet.Server.Config do
         )
 
     config
+  end
+
+  # A trusted proxy's address or network, as the runtime reads it ("10.0.0.0/8"); :error if
+  # it is neither.
+  defp trusted_network(value) do
+    {ip, len} =
+      case value do
+        text when is_binary(text) ->
+          case String.split(text, "/", parts: 2) do
+            [ip, len] -> {ip, Integer.parse(len)}
+            [ip] -> {ip, nil}
+          end
+
+        ip ->
+          {ip, nil}
+      end
+
+    with {:ok, ip} <- parse_ip(ip),
+         bits = if(tuple_size(ip) == 4, do: 32, else: 128),
+         len when is_integer(len) and len in 0..bits <-
+           (case len do
+              nil -> bits
+              {n, ""} -> n
+              _ -> :error
+            end) do
+      "#{:inet.ntoa(ip)}/#{len}"
+    else
+      _ -> :error
+    end
   end
 
   @doc false
@@ -809,7 +936,15 @@ defmodule RakNet.Server.Config do
       new_connections_per_ip_per_sec: c.new_connections_per_ip_per_sec,
       pongs_per_ip_per_sec: c.pongs_per_ip_per_sec,
       pong_bytes_per_sec: c.pong_bytes_per_sec,
-      pong_amplification: c.pong_amplification
+      pong_amplification: c.pong_amplification,
+      proxy_protocol: c.proxy_protocol,
+      # Query and the raw handler are offered these; nothing without either.
+      raw_prefixes:
+        cond do
+          c.query != false -> [<<0xFE, 0xFD>>]
+          c.raw_handler != nil -> c.raw_prefixes
+          true -> nil
+        end
     }
   end
 

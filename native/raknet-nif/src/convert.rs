@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use raknet_proto::{
     AdmissionLimits, CongestionControl, ConnectError, ConnectionStats, CookieMode,
-    DisconnectReason, EndpointConfig, Limit, Limits, Priority, Reliability,
+    DisconnectReason, EndpointConfig, Limit, Limits, Priority, RawConfig, Reliability,
 };
 use rustler::{Atom, Encoder, Env, Term};
 
 use crate::atoms;
+use raknet_proto::proxy::{IpPrefix, ProxyConfig, ProxyMode};
 use raknet_proto::rates::{EndpointRates, Rates, Worst};
 
 /// Endpoint options decoded from the `endpoint_start` map.
@@ -87,6 +88,7 @@ pub(crate) fn connect_options(map: Term<'_>) -> Result<ConnectOptions, &'static 
     Ok(ConnectOptions {
         engine: raknet_proto::ConnectOptions {
             congestion: congestion_option(map)?,
+            proxy_header: send_proxy_header(map)?,
         },
         batch_delivery: opt::<bool>(map, "batch_delivery")?.unwrap_or(false),
     })
@@ -140,6 +142,68 @@ fn opt<'a, T: rustler::Decoder<'a>>(
         Ok(v) if v.is_atom() && v.decode::<Atom>().is_ok_and(|a| a == atoms::nil()) => Ok(None),
         Ok(v) => v.decode().map(Some).map_err(|_| key),
     }
+}
+
+fn proxy_mode(value: Atom, key: &'static str) -> Result<ProxyMode, &'static str> {
+    if value == atoms::v2_first() {
+        Ok(ProxyMode::V2First)
+    } else if value == atoms::v2_every() {
+        Ok(ProxyMode::V2Every)
+    } else if value == atoms::spectrum() {
+        Ok(ProxyMode::Spectrum)
+    } else {
+        Err(key)
+    }
+}
+
+/// The optional `proxy_protocol` key: `%{mode: :v2_first | :v2_every | :spectrum, trusted:
+/// ["10.0.0.0/8", ...], required: boolean, max_flows: integer}` (`required` and `max_flows`
+/// optional).
+fn proxy_protocol(map: Term<'_>) -> Result<Option<ProxyConfig>, &'static str> {
+    const KEY: &str = "proxy_protocol";
+    let Some(p) = opt::<Term<'_>>(map, KEY)? else {
+        return Ok(None);
+    };
+    let mode = proxy_mode(get(p, "mode").map_err(|_| KEY)?, KEY)?;
+    let trusted = get::<Vec<String>>(p, "trusted")
+        .map_err(|_| KEY)?
+        .iter()
+        .map(|t| t.parse::<IpPrefix>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| KEY)?;
+    let mut config = ProxyConfig::new(mode, trusted);
+    config.required = opt(p, "required")?.unwrap_or(config.required);
+    config.max_flows = opt(p, "max_flows")?.unwrap_or(config.max_flows);
+    Ok(Some(config))
+}
+
+/// The optional `send_proxy_header` key: `%{mode: ..., ip: "203.0.113.7", port: 5000}`.
+fn send_proxy_header(map: Term<'_>) -> Result<Option<(ProxyMode, SocketAddr)>, &'static str> {
+    const KEY: &str = "send_proxy_header";
+    let Some(p) = opt::<Term<'_>>(map, KEY)? else {
+        return Ok(None);
+    };
+    let mode = proxy_mode(get(p, "mode").map_err(|_| KEY)?, KEY)?;
+    let ip: IpAddr = get::<String>(p, "ip")
+        .map_err(|_| KEY)?
+        .parse()
+        .map_err(|_| KEY)?;
+    let port: u16 = get(p, "port").map_err(|_| KEY)?;
+    Ok(Some((mode, SocketAddr::new(ip, port))))
+}
+
+/// The optional `raw_prefixes` key: datagrams starting with one of these binaries are offered
+/// to the endpoint's owner (GameSpy4 Query: `<<0xFE, 0xFD>>`).
+fn raw(map: Term<'_>) -> Result<Option<RawConfig>, &'static str> {
+    let Some(prefixes) = opt::<Vec<rustler::Binary<'_>>>(map, "raw_prefixes")? else {
+        return Ok(None);
+    };
+    if prefixes.is_empty() || prefixes.iter().any(|p| p.is_empty()) {
+        return Err("raw_prefixes");
+    }
+    Ok(Some(RawConfig::new(
+        prefixes.iter().map(|p| p.as_slice().to_vec()).collect(),
+    )))
 }
 
 /// The admission limits: each key optional, defaults from [`AdmissionLimits::default`].
@@ -235,6 +299,9 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
             ..l
         },
         admission: admission(map)?,
+        proxy: proxy_protocol(map)?,
+        send_proxy_header: send_proxy_header(map)?,
+        raw: raw(map)?,
         ..d
     };
     // One socket per address family unless asked.

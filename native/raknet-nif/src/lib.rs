@@ -639,6 +639,34 @@ fn target(endpoint: &EndpointResource, host: &str, port: u16) -> Result<SocketAd
     }
 }
 
+/// Reply to a datagram the endpoint offered its owner (`{:raknet_endpoint, endpoint, :raw,
+/// {ip, port}, data}`) with `data`, sent from the endpoint's socket: once per offered
+/// datagram, within 5 s, no larger than the amplification rule allows (`proven`: the
+/// application checked a secret it gave that address). Refusals are counted in the stats
+/// (`raw_replies_refused`); the call only queues the reply.
+#[rustler::nif]
+fn endpoint_send_raw<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    host: String,
+    port: u16,
+    data: rustler::Binary<'a>,
+    proven: bool,
+) -> Term<'a> {
+    let Some(ip) = parse_host(&host) else {
+        return error(env, atoms::nxdomain());
+    };
+    let cmd = Command::SendRaw {
+        to: SocketAddr::new(ip, port),
+        data: data.as_slice().to_vec(),
+        proven,
+    };
+    match endpoint.tx.send(cmd) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
 #[rustler::nif]
 fn endpoint_ping<'a>(
     env: Env<'a>,

@@ -301,6 +301,12 @@ pub(crate) enum Command {
         opts: raknet_proto::ConnectOptions,
     },
     SetPong(Bytes),
+    /// The application's reply to a datagram offered as `{:raknet_endpoint, _, :raw, ...}`.
+    SendRaw {
+        to: SocketAddr,
+        data: Vec<u8>,
+        proven: bool,
+    },
     /// Stop or resume accepting new connections.
     SetSuspended(bool),
     SetMaxConnections(usize),

@@ -467,6 +467,9 @@ pub struct EndpointConfig {
     /// handshake, so a lost first datagram does not lose it) and not on connected ones.
     /// Default `None`.
     pub send_proxy_header: Option<(crate::proxy::ProxyMode, std::net::SocketAddr)>,
+    /// Datagrams that are not RakNet to offer the application (GameSpy4 Query on the game
+    /// port), and how often. `None` (the default) offers none.
+    pub raw: Option<crate::RawConfig>,
     /// Where every 24-bit counter starts (datagram number, reliable, ordering indices) on
     /// both directions. RakNet starts at 0; tests set a value just below 2^24 on both peers
     /// to cross the wrap quickly. Never change it for a real peer.
@@ -506,6 +509,7 @@ impl Default for EndpointConfig {
             admission: AdmissionLimits::default(),
             proxy: None,
             send_proxy_header: None,
+            raw: None,
             initial_index_for_tests: 0,
         }
     }

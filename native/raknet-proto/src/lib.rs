@@ -77,8 +77,8 @@ pub use datagram::{
     IP_UDP_HEADER_LEN, TIMESTAMP_LEN,
 };
 pub use endpoint::{
-    ConnId, ConnectOptions, ConnectionInfo, Endpoint, Event, Transmit, BANNED_REPLIES_PER_SEC,
-    MAX_OFFLINE_PING_RESPONSE,
+    ConnId, ConnectOptions, ConnectionInfo, Endpoint, Event, RawConfig, RawReplyError, Transmit,
+    BANNED_REPLIES_PER_SEC, MAX_OFFLINE_PING_RESPONSE,
 };
 pub use error::{ConnectError, DecodeError, DisconnectReason, Limit, SendError};
 pub use frame::{

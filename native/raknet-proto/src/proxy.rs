@@ -482,7 +482,13 @@ impl ProxyLayer {
             };
         }
         if !header_like {
-            if let Some(flow) = self.flows.get_mut(&from) {
+            // Only a first-datagram proxy leaves its flow's later datagrams bare; where every
+            // datagram carries a header, a bare one is the proxy's own.
+            let flow = match self.config.mode {
+                ProxyMode::V2First => self.flows.get_mut(&from),
+                ProxyMode::V2Every | ProxyMode::Spectrum => None,
+            };
+            if let Some(flow) = flow {
                 flow.last_ms = now_ms;
                 self.stats.proxied += 1;
                 return Inbound::Datagram {
@@ -610,6 +616,11 @@ impl ProxyLayer {
             }
             None => (client, None),
         }
+    }
+
+    /// Heap bytes held (see [`crate::memory`]).
+    pub fn heap_bytes(&self) -> usize {
+        crate::memory::map(&self.flows) + crate::memory::map(&self.by_client)
     }
 
     /// Whether any client is carried by a proxy now (replies need [`Self::outbound`]).

@@ -209,6 +209,14 @@ pub struct EndpointStats {
     /// [`crate::Limits::SEND_OVERHEAD`] per frame); bounded by
     /// [`crate::Limits::max_endpoint_send_bytes`]. With an [`EndpointGroup`](crate::EndpointGroup), the group's.
     pub send_backlog_bytes: usize,
+    /// Datagrams offered to the application ([`crate::Event::Raw`]).
+    pub raw_offered: u64,
+    /// Datagrams for the application dropped over their per-IP or global rate.
+    pub raw_rate_limited: u64,
+    /// Replies the application sent to offered datagrams.
+    pub raw_replies: u64,
+    /// Replies refused: nothing offered from that address, or too large.
+    pub raw_replies_refused: u64,
     /// What the proxy layer did (all zero without [`crate::EndpointConfig::proxy`]).
     pub proxy: crate::proxy::ProxyStats,
 }

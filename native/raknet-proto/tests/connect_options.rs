@@ -49,6 +49,7 @@ fn a_connection_can_choose_bbr_on_a_reno_endpoint() {
 
     let bbr_opts = ConnectOptions {
         congestion: Some(CongestionControl::Bbr),
+        ..ConnectOptions::default()
     };
     let (bbr, mine, theirs) = bulk(bbr_opts, size, 0.05);
     // Only the connection that asked changes; the server keeps its endpoint's choice.

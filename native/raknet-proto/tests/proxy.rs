@@ -105,13 +105,12 @@ impl Net {
                     else {
                         panic!("a reply to {} reached no client", tx.destination);
                     };
-                    let mut d = &buf[..tx.size];
+                    let d = &buf[..tx.size];
                     if self.mode == ProxyMode::Spectrum && c.ep.config().send_proxy_header.is_some()
                     {
-                        // The proxy takes its header off the reply.
+                        // The reply carries the header (the client takes it off, as a proxy).
                         let h = proxy::parse_spp(d).expect("reply carries the SPP header");
                         assert_eq!(h.source, c.ep.config().send_proxy_header.map(|s| s.1));
-                        d = &d[h.len..];
                     }
                     c.ep.handle(self.now, sa(SERVER), Bytes::copy_from_slice(d));
                 }

@@ -445,6 +445,10 @@ impl Driver {
                 // The NIF checked the size against MAX_OFFLINE_PING_RESPONSE already.
                 let _ = self.endpoint.set_offline_ping_response(data);
             }
+            Command::SendRaw { to, data, proven } => {
+                // Refusals (nothing offered from there, too large) are counted by the engine.
+                let _ = self.endpoint.send_raw(now, to, &data, proven);
+            }
             Command::Ping { addr, owner } => {
                 // Pingers whose server never answered are forgotten: those waiting longer
                 // than any ping waits first, then (a flood of pings) all of them.
@@ -786,6 +790,22 @@ impl Driver {
                     }
                 }
                 self.forget(conn);
+            }
+            Event::Raw { from, datagram } => {
+                let me = self.me.clone();
+                let _ = self.env.send_and_clear(&self.owner, |env| {
+                    let mut data = rustler::NewBinary::new(env, datagram.len());
+                    data.as_mut_slice().copy_from_slice(&datagram);
+                    let data: rustler::Binary = data.into();
+                    (
+                        atoms::raknet_endpoint(),
+                        me,
+                        atoms::raw(),
+                        convert::address(env, from),
+                        data,
+                    )
+                        .encode(env)
+                });
             }
             Event::Pong { from, pong, .. } => {
                 // Timed here: the ping's own time field only has millisecond resolution.

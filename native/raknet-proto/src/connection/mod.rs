@@ -553,6 +553,11 @@ impl Connection {
         self.addr
     }
 
+    /// This connection's configuration (its endpoint's, or a copy with its own options).
+    pub(crate) fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
     pub(crate) fn role(&self) -> Role {
         self.role
     }

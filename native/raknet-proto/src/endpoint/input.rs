@@ -17,6 +17,17 @@ impl Endpoint {
                 Inbound::Nothing => return,
             },
         };
+        // Speaking as a Spectrum proxy, we get replies with the header in front, which a
+        // proxy takes off.
+        let datagram = match self.sent_proxy_header(from) {
+            Some((ProxyMode::Spectrum, _)) if proxy::has_spp_magic(&datagram) => {
+                match proxy::parse_spp(&datagram) {
+                    Ok(header) => datagram.slice(header.len..),
+                    Err(_) => datagram,
+                }
+            }
+            _ => datagram,
+        };
         let Some(&first) = datagram.first() else {
             self.stats.malformed += 1;
             return;
@@ -34,6 +45,10 @@ impl Endpoint {
             {
                 self.reply_banned(now_ms, from);
             }
+            return;
+        }
+        if self.is_raw(from, &datagram) {
+            self.offer_raw(now_ms, from, datagram);
             return;
         }
         if first & crate::flags::VALID != 0 {

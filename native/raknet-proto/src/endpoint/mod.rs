@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::addr;
-use crate::admission::{Bans, GuidBans, IpRates, NetworkCounts, TokenBucket};
+use crate::admission::{Bans, BoundedMap, GuidBans, IpRates, NetworkCounts, TokenBucket};
 use crate::codec::Encode;
 use crate::config::{CongestionControl, EndpointConfig};
 use crate::connection::{ConnEvent, Connection, MemoryShare, Peer, Role};
@@ -104,6 +104,15 @@ pub enum Event {
         /// Why.
         reason: DisconnectReason,
     },
+    /// A datagram that is not RakNet, from an address without a connection, starting with
+    /// one of [`RawConfig::prefixes`] ([`EndpointConfig::raw`]); answer it with
+    /// [`Endpoint::send_raw`].
+    Raw {
+        /// Who sent it (a proxied client's real address).
+        from: SocketAddr,
+        /// The datagram, whole.
+        datagram: Bytes,
+    },
     /// An answer to [`Endpoint::ping`].
     Pong {
         /// Who answered.
@@ -172,6 +181,9 @@ struct Slot {
 pub struct ConnectOptions {
     /// The congestion controller of this connection's sending side.
     pub congestion: Option<CongestionControl>,
+    /// Speak to this server as a proxy would, naming this address as the client (see
+    /// [`EndpointConfig::send_proxy_header`], which applies to every connection).
+    pub proxy_header: Option<(ProxyMode, SocketAddr)>,
 }
 
 /// A RakNet endpoint: both roles, any number of connections, no I/O.
@@ -230,6 +242,13 @@ pub struct Endpoint {
     unproven: NetworkCounts,
     /// Real client addresses behind trusted proxies ([`EndpointConfig::proxy`]).
     proxy: Option<ProxyLayer>,
+    /// Datagrams offered to the application ([`EndpointConfig::raw`]): per-IP rates, the
+    /// global budget, and the offers awaiting their reply.
+    raw_rates: IpRates,
+    raw_budget: TokenBucket,
+    raw_offers: BoundedMap<SocketAddr, raw::Offer>,
+    /// A connection of this endpoint was opened with [`ConnectOptions::proxy_header`].
+    proxy_headers_sent: bool,
 }
 
 impl Endpoint {
@@ -253,6 +272,7 @@ impl Endpoint {
         let handshake = ServerHandshake::new(&config, group.clone());
         let tracked = config.admission.max_tracked_ips;
         let pong_bytes = config.admission.pong_bytes_per_sec;
+        let raw_per_sec = config.raw.as_ref().map_or(0, |r| u64::from(r.per_sec));
         // A flow lives as long as a connection or a handshake could without a datagram.
         let flow_idle = config.timeout.max(config.handshake_timeout).as_millis() as u64;
         let proxy = config.proxy.clone().map(|p| ProxyLayer::new(p, flow_idle));
@@ -285,6 +305,10 @@ impl Endpoint {
             suspended: false,
             unproven: NetworkCounts::default(),
             proxy,
+            raw_rates: IpRates::new(tracked),
+            raw_budget: TokenBucket::full(raw_per_sec, 0),
+            raw_offers: raw::offers(),
+            proxy_headers_sent: false,
         }
     }
 
@@ -344,7 +368,10 @@ impl Endpoint {
             + self.pong_rates.heap_bytes()
             + self.bans.heap_bytes()
             + self.guid_bans.heap_bytes()
-            + self.unproven.heap_bytes();
+            + self.unproven.heap_bytes()
+            + self.raw_rates.heap_bytes()
+            + self.raw_offers.heap_bytes()
+            + self.proxy.as_ref().map_or(0, ProxyLayer::heap_bytes);
         let offline: usize = self.offline_out.iter().map(|(_, d)| d.capacity()).sum();
         usage.endpoint_queues = deque(&self.offline_out) + offline + deque(&self.events);
         usage
@@ -498,6 +525,10 @@ impl Endpoint {
             // Copy-on-write: only a connection that differs gets a config of its own.
             std::sync::Arc::make_mut(&mut config).congestion = congestion;
         }
+        if let Some(header) = opts.proxy_header {
+            std::sync::Arc::make_mut(&mut config).send_proxy_header = Some(header);
+            self.proxy_headers_sent = true;
+        }
         let conn = Connection::client(config, to, self.local_addr, self.guid, self.epoch, now);
         let id = self.insert(conn);
         self.touch(id);
@@ -636,7 +667,7 @@ impl Endpoint {
             }
             tx.destination = via;
         }
-        if let Some((mode, source)) = self.config.send_proxy_header {
+        if let Some((mode, source)) = self.sent_proxy_header(tx.destination) {
             let offline = buf.first().is_some_and(|b| b & crate::flags::VALID == 0);
             if mode != ProxyMode::V2First || offline {
                 let mut header = Vec::with_capacity(proxy::SPP_LEN);
@@ -649,6 +680,18 @@ impl Endpoint {
             }
         }
         Some(tx)
+    }
+
+    /// The proxy header this endpoint puts in front of what it sends to `peer`, if any
+    /// ([`EndpointConfig::send_proxy_header`], [`ConnectOptions::proxy_header`]).
+    fn sent_proxy_header(&self, peer: SocketAddr) -> Option<(ProxyMode, SocketAddr)> {
+        self.config.send_proxy_header.or_else(|| {
+            let id = self
+                .by_addr
+                .get(&peer)
+                .filter(|_| self.proxy_headers_sent)?;
+            self.conn(*id)?.config().send_proxy_header
+        })
     }
 
     /// [`Endpoint::poll_transmit`] with the peer's own address (a proxied client's real one).
@@ -851,6 +894,9 @@ impl Endpoint {
 
 mod bans;
 mod input;
+mod raw;
+
+pub use raw::{RawConfig, RawReplyError};
 
 #[cfg(test)]
 mod tests {
