@@ -47,7 +47,10 @@ defmodule RakNet.Telemetry do
   (`:max_unproven`, `:max_unproven_per_ip`), and `:rejected` (the `:accept` option's check;
   emitted at once, with `count: 1` and the connection's `:family`). Limits:
   `:half_open_evicted`, `:half_open_per_ip`, `:handshake_dropped`, `:amplification`,
-  `:pongs_rate_limited`, `:pongs_budget`, `:offline_queue_full`. Overloaded connections
+  `:pongs_rate_limited`, `:pongs_budget`, `:offline_queue_full`, and behind proxies or with
+  Query (docs/proxies.md) `:proxy_untrusted_header`, `:proxy_malformed_header`,
+  `:proxy_missing_header`, `:proxy_flows_full`, `:raw_rate_limited`,
+  `:raw_replies_refused`. Overloaded connections
   (a handler that fell behind for `:client_timeout_ms`) end with a `:stop` whose reason is
   `:overloaded`.
   """
@@ -74,7 +77,13 @@ defmodule RakNet.Telemetry do
     amplification: :amplification_limited,
     pongs_rate_limited: :pongs_rate_limited,
     pongs_budget: :pongs_budget_exhausted,
-    offline_queue_full: :offline_queue_full
+    offline_queue_full: :offline_queue_full,
+    proxy_untrusted_header: :proxy_untrusted_header,
+    proxy_malformed_header: :proxy_malformed_header,
+    proxy_missing_header: :proxy_missing_header,
+    proxy_flows_full: :proxy_flows_full,
+    raw_rate_limited: :raw_rate_limited,
+    raw_replies_refused: :raw_replies_refused
   ]
 
   @rates [
