@@ -773,7 +773,9 @@ defmodule RakNet.ServerTest do
                  :batch_delivery,
                  :inline_sends,
                  :gso,
-                 :max_reliable_in_flight
+                 :max_reliable_in_flight,
+                 :proxy_protocol,
+                 :raw_prefixes
                ])
     end
 
