@@ -172,9 +172,9 @@ defmodule Bench do
     out = rust("engine")
 
     bulk =
-      for [_, loss, controller, in_flight, secs, mbs] <-
+      for [_, loss, controller, in_flight, secs, mbs, bound_mbs, fraction] <-
             Regex.scan(
-              ~r/16 MiB .*?(\d+) % loss, (\w+)\s+(\d+) in flight: median ([\d.]+) s virtual = ([\d.]+) MB\/s/,
+              ~r/16 MiB .*?(\d+) % loss, (\w+)\s+(\d+) in flight: median ([\d.]+) s virtual = ([\d.]+) MB\/s.*?slow-start bound [\d.]+ s = ([\d.]+) MB\/s.*?: ([\d.]+) of it/,
               out
             ),
           do: %{
@@ -182,12 +182,23 @@ defmodule Bench do
             controller: String.downcase(controller),
             max_reliable_in_flight: int(in_flight),
             seconds: flt(secs),
-            mb_per_s: flt(mbs)
+            mb_per_s: flt(mbs),
+            slow_start_bound_mb_per_s: flt(bound_mbs),
+            fraction_of_bound: flt(fraction)
           }
+
+    steady =
+      for [_, loss, mbs, half] <-
+            Regex.scan(
+              ~r/256 MiB .*?(\d+) % loss, Bbr: [\d.]+ s virtual = ([\d.]+) MB\/s, second half ([\d.]+) MB\/s/,
+              out
+            ),
+          do: %{loss_percent: int(loss), mb_per_s: flt(mbs), second_half_mb_per_s: flt(half)}
 
     %{
       messages_per_s: num(out, ~r/median (\d+) messages\/s/),
-      bulk_16mib_20ms_rtt_virtual: bulk
+      bulk_16mib_20ms_rtt_virtual: bulk,
+      bulk_256mib_steady_bbr: steady
     }
   end
 
@@ -1024,14 +1035,23 @@ bc_call = m.(broadcast, :us_per_broadcast)
 bc_sends = m.(broadcast, :us_per_1000_sends)
 f = &Bench.fmt/1
 
-# The simulator's 16 MiB rate for a controller and a loss (default limits).
-sim_bulk = fn engine, controller, loss ->
+# The simulator's 16 MiB rate (or `key`) for a controller and a loss (default limits).
+sim_bulk_key = fn engine, controller, loss, key ->
   (engine || %{})
   |> Map.get(:bulk_16mib_20ms_rtt_virtual, [])
   |> Enum.find(%{}, fn b ->
     b.controller == controller and b.loss_percent == loss
   end)
-  |> Map.get(:mb_per_s)
+  |> Map.get(key)
+end
+
+sim_bulk = fn engine, controller, loss -> sim_bulk_key.(engine, controller, loss, :mb_per_s) end
+
+# The simulator's 256 MiB steady-state figures with :bbr at a loss.
+sim_steady = fn engine, loss ->
+  (engine || %{})
+  |> Map.get(:bulk_256mib_steady_bbr, [])
+  |> Enum.find(%{}, &(&1.loss_percent == loss))
 end
 
 x = fn r -> if r, do: "#{Bench.fmt(r)}x", else: "-" end
@@ -1093,8 +1113,10 @@ rows =
         "#{f.(b0.mb_per_s)} MB/s, #{f.(b0.seconds)} s, #{f.(b0.cpu_s)} s CPU; " <>
           "GSO: #{f.(b0.gso_datagrams)} datagrams in #{f.(b0.gso_sends)} sends"
       ),
-      "simulator >= 100 MB/s",
-      "simulator at 20 ms RTT, 0 % loss: reno #{f.(sim_bulk.(engine, "reno", 0))} / bbr #{f.(sim_bulk.(engine, "bbr", 0))} MB/s"
+      "simulator, :bbr: >= 0.9 of the slow-start bound",
+      "simulator at 20 ms RTT, 0 % loss: reno #{f.(sim_bulk.(engine, "reno", 0))} / bbr #{f.(sim_bulk.(engine, "bbr", 0))} MB/s " <>
+        "(#{f.(sim_bulk_key.(engine, "bbr", 0, :fraction_of_bound))} of the bound, #{f.(sim_bulk_key.(engine, "bbr", 0, :slow_start_bound_mb_per_s))} MB/s); " <>
+        "256 MiB steady state (bbr, second half): #{f.(sim_steady.(engine, 0)[:second_half_mb_per_s])} MB/s"
     ],
     [
       "3. 16 MiB reliable_ordered, 5 % loss (relay), client congestion_control: :bbr",
@@ -1106,9 +1128,12 @@ rows =
     [
       "3. 16 MiB reliable_ordered, 5 % loss (relay), :reno (default)",
       c.(bulk5, "#{f.(b5.mb_per_s)} MB/s, #{f.(b5.seconds)} s"),
-      "relay >= 20 MB/s; simulator >= 4 MB/s",
+      "relay >= 20 MB/s; simulator, :bbr: >= 0.6 of the bound at 1 and 5 % loss",
       "#{x.(Bench.ratio(b5.mb_per_s, b0.mb_per_s))} the lossless rate; #{f.(b5.resends)} resends; " <>
-        "simulator at 20 ms RTT, 5 % loss: reno #{f.(sim_bulk.(engine, "reno", 5))} / bbr #{f.(sim_bulk.(engine, "bbr", 5))} MB/s"
+        "simulator at 20 ms RTT, 1 / 5 % loss: reno #{f.(sim_bulk.(engine, "reno", 1))} / #{f.(sim_bulk.(engine, "reno", 5))}, " <>
+        "bbr #{f.(sim_bulk.(engine, "bbr", 1))} / #{f.(sim_bulk.(engine, "bbr", 5))} MB/s " <>
+        "(#{f.(sim_bulk_key.(engine, "bbr", 1, :fraction_of_bound))} / #{f.(sim_bulk_key.(engine, "bbr", 5, :fraction_of_bound))} of the bound); " <>
+        "256 MiB steady state (bbr, second half) #{f.(sim_steady.(engine, 1)[:second_half_mb_per_s])} / #{f.(sim_steady.(engine, 5)[:second_half_mb_per_s])} MB/s"
     ],
     [
       "4. echo round trip at 1,000 msg/s, p50 / p99",
@@ -1217,7 +1242,31 @@ mmo_ok =
     true -> 0.0
   end
 
+bound_method =
+  "engine bulk: one 16 MiB reliable_ordered message, 20 ms RTT in the simulator, :bbr, virtual time, over the slow-start bound (an ideal sender from :bbr's initial window of 10 datagrams doubling every round trip), same run"
+
 goals = [
+  Bench.goal(
+    "16 MiB at 20 ms RTT, 0 % loss: >= 0.9 of the slow-start bound",
+    sim_bulk_key.(engine, "bbr", 0, :fraction_of_bound),
+    :>=,
+    0.9,
+    bound_method
+  ),
+  Bench.goal(
+    "16 MiB at 20 ms RTT, 1 % loss: >= 0.6 of the slow-start bound",
+    sim_bulk_key.(engine, "bbr", 1, :fraction_of_bound),
+    :>=,
+    0.6,
+    bound_method
+  ),
+  Bench.goal(
+    "16 MiB at 20 ms RTT, 5 % loss: >= 0.6 of the slow-start bound",
+    sim_bulk_key.(engine, "bbr", 5, :fraction_of_bound),
+    :>=,
+    0.6,
+    bound_method
+  ),
   Bench.goal(
     "1 connection one way >= 0.5x the in-process engine",
     Bench.ratio(one_way_rate, engine[:messages_per_s]),

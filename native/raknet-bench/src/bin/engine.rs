@@ -7,7 +7,12 @@
 //! 2. One 16 MiB RELIABLE_ORDERED message over a 10 ms one-way link at 0 %, 1 % and 5 % loss:
 //!    completion time and MB/s in virtual time (protocol efficiency), and the CPU it took; with
 //!    each congestion controller (BBR, and Reno, the default), then with BBR and room for more
-//!    reliable frames in flight. `engine bulk` runs only these.
+//!    reliable frames in flight. `engine bulk` runs only these. Each is also given as a fraction
+//!    of its slow-start bound: the time an ideal sender takes, starting from the controller's
+//!    initial window and doubling it every round trip without loss (the transfer's first
+//!    rounds are what a 16 MiB message at 20 ms RTT mostly is).
+//! 3. 256 MiB as 1 MiB RELIABLE_ORDERED messages with BBR, same link: the steady state, where
+//!    slow start no longer dominates (MB/s over the whole transfer and over its second half).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -15,8 +20,30 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use raknet_netsim::{Link, LinkConfig};
 use raknet_proto::{
-    CongestionControl, ConnId, Endpoint, EndpointConfig, Event, Limits, Reliability, SendOptions,
+    Bbr, CongestionControl, ConnId, Endpoint, EndpointConfig, Event, Limits, Reliability,
+    SendOptions, SlidingWindow, IP_UDP_HEADER_LEN,
 };
+
+/// Bytes of a split reliable-ordered frame's header (flags, bit length, reliable, ordering
+/// and split fields) and of a datagram's (flags, number).
+const SPLIT_FRAME_HEADER: usize = 20;
+const DATAGRAM_HEADER: usize = 4;
+
+/// The slow-start bound of sending `size` bytes in datagrams of `mtu` bytes over a path of
+/// `rtt` with an initial window of `initial` datagrams: an ideal sender doubles its window
+/// every round trip and loses nothing, so round `k` (from 1) sends `initial * 2^(k-1)`
+/// datagrams, and the last one arrives half a round trip after its round starts.
+fn slow_start_bound(size: usize, mtu: usize, rtt: Duration, initial: usize) -> Duration {
+    let payload = mtu - IP_UDP_HEADER_LEN - DATAGRAM_HEADER - SPLIT_FRAME_HEADER;
+    let datagrams = size.div_ceil(payload);
+    let (mut sent, mut window, mut rounds) = (0usize, initial, 0u32);
+    while sent < datagrams {
+        sent += window;
+        window *= 2;
+        rounds += 1;
+    }
+    rtt * (rounds - 1) + rtt / 2
+}
 
 struct Pair {
     now: Instant,
@@ -199,9 +226,14 @@ fn bulk(loss: f64, congestion: CongestionControl) {
     .with_delay(Duration::from_millis(10));
     let mut virtual_s = Vec::new();
     let mut cpu_s = Vec::new();
+    let mut mtu = 1492;
     for run in 0..3 {
         let mut p = Pair::new(config.clone(), link.clone(), 100 + run);
         let c = p.connect();
+        mtu = p
+            .client
+            .connection_info(c)
+            .map_or(1492, |i| usize::from(i.mtu));
         let mut data = vec![0u8; SIZE];
         data[0] = 0x86;
         let start_virtual = p.now;
@@ -226,15 +258,85 @@ fn bulk(loss: f64, congestion: CongestionControl) {
         cpu_s.push(start.elapsed().as_secs_f64());
     }
     let v = median(virtual_s);
+    let initial = match congestion {
+        CongestionControl::Bbr => Bbr::INITIAL_DATAGRAMS,
+        _ => SlidingWindow::INITIAL_DATAGRAMS,
+    };
+    let bound = slow_start_bound(SIZE, mtu, Duration::from_millis(20), initial);
     println!(
-        "16 MiB reliable_ordered, 10 ms one way, {:>2.0} % loss, {:<4} {:>5} in flight: median {:.2} s virtual = {:.1} MB/s; CPU {:.2} s = {:.0} MB/s of engine throughput",
+        "16 MiB reliable_ordered, 10 ms one way, {:>2.0} % loss, {:<4} {:>5} in flight: median {:.2} s virtual = {:.1} MB/s; CPU {:.2} s = {:.0} MB/s of engine throughput; slow-start bound {:.3} s = {:.1} MB/s (initial window {initial}, MTU {mtu}): {:.2} of it",
         loss * 100.0,
         format!("{congestion:?}"),
         max_reliable_in_flight,
         v,
         SIZE as f64 / v / 1e6,
         median(cpu_s.clone()),
-        SIZE as f64 / median(cpu_s) / 1e6
+        SIZE as f64 / median(cpu_s) / 1e6,
+        bound.as_secs_f64(),
+        SIZE as f64 / bound.as_secs_f64() / 1e6,
+        bound.as_secs_f64() / v
+    );
+}
+
+/// 256 MiB as 1 MiB reliable_ordered messages with BBR over a 10 ms one-way link: the
+/// steady state. Messages are queued as the previous ones are delivered (at most 8 ahead), as
+/// an application streaming a file would.
+fn steady(loss: f64) {
+    const MESSAGE: usize = 1 << 20;
+    const COUNT: usize = 256;
+    let config = EndpointConfig {
+        limits: Limits {
+            max_send_queue_bytes: 64 << 20,
+            ..Limits::default()
+        },
+        timeout: Duration::from_secs(60),
+        congestion: CongestionControl::Bbr,
+        ..EndpointConfig::default()
+    };
+    let link = LinkConfig {
+        loss,
+        ..LinkConfig::default()
+    }
+    .with_delay(Duration::from_millis(10));
+    let mut p = Pair::new(config, link, 700);
+    let c = p.connect();
+    let start_virtual = p.now;
+    let start = Instant::now();
+    let mut queued = 0;
+    let mut half = None;
+    while p.delivered < COUNT {
+        while queued < COUNT && queued < p.delivered + 8 {
+            let mut data = vec![0u8; MESSAGE];
+            data[0] = 0x86;
+            p.client
+                .send(
+                    p.now,
+                    c,
+                    Bytes::from(data),
+                    SendOptions::new(Reliability::ReliableOrdered),
+                )
+                .unwrap();
+            queued += 1;
+        }
+        if half.is_none() && p.delivered >= COUNT / 2 {
+            half = Some(p.now);
+        }
+        assert!(p.step(), "transfer stalled");
+        assert!(
+            p.now - start_virtual < Duration::from_secs(600),
+            "transfer took over 600 s virtual"
+        );
+    }
+    let total = (p.now - start_virtual).as_secs_f64();
+    let second_half = (p.now - half.unwrap_or(start_virtual)).as_secs_f64();
+    let bytes = (MESSAGE * COUNT) as f64;
+    println!(
+        "256 MiB as 1 MiB reliable_ordered, 10 ms one way, {:>2.0} % loss, Bbr: {:.2} s virtual = {:.1} MB/s, second half {:.1} MB/s; CPU {:.2} s",
+        loss * 100.0,
+        total,
+        bytes / total / 1e6,
+        bytes / 2.0 / second_half / 1e6,
+        start.elapsed().as_secs_f64()
     );
 }
 
@@ -248,5 +350,8 @@ fn main() {
         for loss in [0.0, 0.01, 0.05] {
             bulk(loss, congestion);
         }
+    }
+    for loss in [0.0, 0.01, 0.05] {
+        steady(loss);
     }
 }

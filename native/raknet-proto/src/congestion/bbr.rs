@@ -329,7 +329,8 @@ pub struct Bbr {
 
 impl Bbr {
     /// Datagrams in the initial window (RFC 6928's ten segments).
-    const INITIAL_DATAGRAMS: usize = 10;
+    /// Datagrams in the initial window.
+    pub const INITIAL_DATAGRAMS: usize = 10;
 
     /// A controller for datagrams of up to `mtu` bytes (UDP payload), with the window capped
     /// at `max_window` bytes. `seed` varies the phase of the bandwidth probing between
