@@ -132,6 +132,7 @@ defmodule RakNet.ProxyTest do
           [mode: :v2_first, trusted: []],
           [mode: :v2_first, trusted: ["10.0.0.0/33"]],
           [mode: :v2_first, trusted: ["not an address"]],
+          [mode: :v2_first, trusted: ["::ffff:10.0.0.0/95"]],
           [mode: :v2_first, trusted: ["10.0.0.0/8"], required: :yes],
           [mode: :v2_first, trusted: ["10.0.0.0/8"], max_flows: 0],
           [mode: :v2_first, trusted: ["10.0.0.0/8"], typo: 1],
@@ -146,11 +147,12 @@ defmodule RakNet.ProxyTest do
       RakNet.Server.Config.new(RakNet.Test.EchoClient, 0,
         proxy_protocol: [
           mode: :spectrum,
-          trusted: ["10.1.2.3/8", {192, 0, 2, 1}, "2001:db8::/32"]
+          trusted: ["10.1.2.3/8", {192, 0, 2, 1}, "2001:db8::/32", "::ffff:10.0.0.0/104"]
         ]
       )
 
-    assert config.proxy_protocol.trusted == ["10.1.2.3/8", "192.0.2.1/32", "2001:db8::/32"]
+    assert config.proxy_protocol.trusted ==
+             ["10.1.2.3/8", "192.0.2.1/32", "2001:db8::/32", "10.0.0.0/8"]
 
     assert_raise ArgumentError, ~r/:proxy_header must be/, fn ->
       RakNet.connect("127.0.0.1", 1, proxy_header: [mode: :v2_first, source: :nowhere])

@@ -14,6 +14,7 @@ defmodule RakNet.QueryServerTest do
     end
 
     def handle_datagram(<<0xFE, 0xFD, "crash">>, _from, _test), do: raise("handler bug")
+    def handle_datagram(<<0xFE, 0xFD, "bad">>, _from, _test), do: {:reply, :not_iodata}
     def handle_datagram(_data, _from, _test), do: :noreply
   end
 
@@ -110,6 +111,13 @@ defmodule RakNet.QueryServerTest do
       end)
 
     assert log =~ "handler bug"
+
+    log =
+      ExUnit.CaptureLog.capture_log(fn ->
+        assert :none == ask(sock, port, <<0xFE, 0xFD, "bad">>)
+      end)
+
+    assert log =~ "not_iodata"
     # The listener survived: the server still answers and accepts.
     assert :binary.copy(<<7>>, 3) == ask(sock, port, <<0xFE, 0xFD, 3::16>>)
     {:ok, conn} = RakNet.connect("127.0.0.1", port)
@@ -123,6 +131,11 @@ defmodule RakNet.QueryServerTest do
 
     assert_raise ArgumentError, ~r/:raw_prefixes must be/, fn ->
       RakNet.Server.Config.new(RakNet.Test.EchoClient, 0, raw_prefixes: [""])
+    end
+
+    # A prefix that would take RakNet's own pings or handshakes away from it.
+    assert_raise ArgumentError, ~r/:raw_prefixes must be/, fn ->
+      RakNet.Server.Config.new(RakNet.Test.EchoClient, 0, raw_prefixes: [<<0x05>>])
     end
 
     assert_raise ArgumentError, ~r/:raw_handler must be/, fn ->

@@ -228,19 +228,20 @@ defmodule RakNet.Server.Config do
       trusted proxy without a header is dropped too. The client's real address then stands
       for the peer everywhere: per-IP limits and fair shares, bans, cookies, "recently
       connected", `info/1`, `connections/1`, `lookup/2` and telemetry; replies go to the
-      proxy. `max_flows` (default 16 384) bounds the proxy flows remembered (each maps a
-      proxy port to a client, and is forgotten after `:client_timeout_ms` without a
+      proxy (never around it to the client's own address: a client whose route is gone gets
+      nothing). `max_flows` (default 16 384) bounds the clients routed (each route is
+      forgotten after the longer of `:client_timeout_ms` and the handshake timeout without a
       datagram). See the "Behind a proxy" guide (docs/proxies.md). Default `nil`: no header
       is believed.
     * `:query` - answer GameSpy4 Query (the server-list status protocol of Minecraft
       servers, `RakNet.Query`) on the game port: `true`, or the initial info map; keep it
       current with `RakNet.Server.set_query_info/2`. Query datagrams (`FE FD`) from
-      addresses without a RakNet session go to the server's listener process, at most 10 per
+      addresses without a RakNet session go to a process of the server's own, at most 10 per
       IP and 1 000 in all per second; stat replies are only sent once the asker returned the
       challenge token it was sent. Default `false`.
     * `:raw_handler` - `{module, arg}`: other datagrams that are not RakNet, starting with
       one of `:raw_prefixes`, from addresses without a RakNet session, are offered to
-      `module.handle_datagram(data, {ip, port}, arg)` in the server's listener process
+      `module.handle_datagram(data, {ip, port}, arg)` in a process of the server's own
       (within the same rates as `:query`). It returns `:noreply`, `{:reply, iodata}` (sent
       from the game port if no larger than 3 times the datagram) or `{:reply, iodata,
       :proven}` (up to 4 096 bytes: for an address the handler proved, e.g. it echoed a
@@ -362,6 +363,10 @@ defmodule RakNet.Server.Config do
   @type t :: %__MODULE__{}
 
   @ignored [:custom_packets, :custom_types, :send]
+
+  # Unconnected pings (0x01, 0x02) and the handshake's open-connection requests (0x05, 0x07):
+  # a raw prefix must not take them from RakNet.
+  @raknet_offline_requests [0x01, 0x02, 0x05, 0x07]
 
   # Options whose default is the engine's, and the name the engine's defaults give them.
   @engine_owned %{
@@ -740,8 +745,12 @@ defmodule RakNet.Server.Config do
         :raw_prefixes,
         value,
         is_list(value) and value != [] and
-          Enum.all?(value, &(is_binary(&1) and byte_size(&1) in 1..64)),
-        "a non-empty list of binaries (1 to 64 bytes)"
+          Enum.all?(value, fn prefix ->
+            is_binary(prefix) and byte_size(prefix) in 1..64 and
+              :binary.first(prefix) not in @raknet_offline_requests
+          end),
+        "a non-empty list of binaries (1 to 64 bytes), none starting with a RakNet " <>
+          "ping or handshake ID (0x01, 0x02, 0x05, 0x07)"
       )
 
   defp validate(:bans, bans),
@@ -807,7 +816,8 @@ defmodule RakNet.Server.Config do
   end
 
   # A trusted proxy's address or network, as the runtime reads it ("10.0.0.0/8"); :error if
-  # it is neither.
+  # it is neither. An IPv4-mapped IPv6 network is its IPv4 network (`::ffff:10.0.0.0/104` is
+  # `10.0.0.0/8`); a shorter one, which would take in more than IPv4, is refused.
   defp trusted_network(value) do
     {ip, len} =
       case value do
@@ -828,12 +838,18 @@ defmodule RakNet.Server.Config do
               nil -> bits
               {n, ""} -> n
               _ -> :error
-            end) do
+            end),
+         {ip, len} when len >= 0 <- unmapped(ip, len) do
       "#{:inet.ntoa(ip)}/#{len}"
     else
       _ -> :error
     end
   end
+
+  defp unmapped({0, 0, 0, 0, 0, 0xFFFF, hi, lo}, len),
+    do: {{div(hi, 256), rem(hi, 256), div(lo, 256), rem(lo, 256)}, len - 96}
+
+  defp unmapped(ip, len), do: {ip, len}
 
   @doc false
   @spec parse_ip(term()) :: {:ok, :inet.ip_address()} | :error

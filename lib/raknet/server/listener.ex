@@ -62,11 +62,13 @@ defmodule RakNet.Server.Listener do
           handler: RakNet.Handler.spec!(config.client_module),
           # The server's stats at the last :stats event.
           telemetry: %{},
-          # What GameSpy4 Query answers (`query: true`), and the key of its challenge tokens.
+          # What GameSpy4 Query answers (`query: true`), and the process answering the
+          # datagrams that are not RakNet (`:query`, `:raw_handler`), if any.
           query_info: Map.get(overrides, :query_info, query_info(config)),
-          query_secret: :crypto.strong_rand_bytes(32),
-          query_port: nil
+          raw: nil
         }
+
+        state = start_raw(state)
 
         {:ok, reapply(state, overrides)}
 
@@ -262,6 +264,7 @@ defmodule RakNet.Server.Listener do
 
   def handle_call({:set_query_info, info}, _from, state) do
     remember(state, &Map.put(&1, :query_info, info))
+    if state.raw, do: RakNet.Server.Raw.set_query_info(state.raw, info)
     {:reply, :ok, %{state | query_info: info}}
   end
 
@@ -330,18 +333,8 @@ defmodule RakNet.Server.Listener do
 
   # A datagram that is not RakNet (`:query`, `:raw_handler`), from an address without a
   # session; the endpoint bounded how many come (per IP and in all) and bounds the reply.
-  def handle_info({:raknet_endpoint, endpoint, :raw, {ip, port} = from, data}, state) do
-    state = ensure_query_port(state, endpoint)
-
-    case raw_reply(state, data, from) do
-      {:reply, reply, proven} ->
-        host = ip |> :inet.ntoa() |> to_string()
-        Native.endpoint_send_raw(endpoint, host, port, IO.iodata_to_binary(reply), proven)
-
-      :noreply ->
-        :ok
-    end
-
+  def handle_info({:raknet_endpoint, endpoint, :raw, from, data}, state) do
+    if state.raw, do: RakNet.Server.Raw.offer(state.raw, endpoint, from, data)
     {:noreply, state}
   end
 
@@ -405,43 +398,19 @@ defmodule RakNet.Server.Listener do
   defp query_info(_config), do: %{}
 
   # Query's `hostport` defaults to the port the server is bound to (port 0 picks one).
-  defp ensure_query_port(%{query_port: nil} = state, endpoint) do
-    case endpoint_info(endpoint) do
-      %{port: port} -> %{state | query_port: port}
-      _ -> state
-    end
+  defp start_raw(%{config: %Config{query: false, raw_handler: nil}} = state), do: state
+
+  defp start_raw(state) do
+    port =
+      Enum.find_value(state.endpoints, fn {_family, endpoint} ->
+        case endpoint_info(endpoint) do
+          %{port: port} -> port
+          _ -> nil
+        end
+      end)
+
+    %{state | raw: RakNet.Server.Raw.start_link(state.config, state.query_info, port)}
   end
-
-  defp ensure_query_port(state, _endpoint), do: state
-
-  defp raw_reply(%{config: %Config{query: query}} = state, data, from) when query != false do
-    info = Map.put_new(state.query_info, :host_port, state.query_port)
-
-    case RakNet.Query.handle(data, from, info, state.query_secret, System.os_time(:second)) do
-      {:reply, reply, :stat} -> {:reply, reply, true}
-      {:reply, reply, :handshake} -> {:reply, reply, false}
-      :ignore -> :noreply
-    end
-  end
-
-  defp raw_reply(%{config: %Config{raw_handler: {module, arg}}} = state, data, from) do
-    case module.handle_datagram(data, from, arg) do
-      {:reply, reply} -> {:reply, reply, false}
-      {:reply, reply, :proven} -> {:reply, reply, true}
-      _ -> :noreply
-    end
-  catch
-    kind, reason ->
-      Logger.error(
-        "raknet: #{inspect(module)}.handle_datagram/3 failed: " <>
-          Exception.format(kind, reason, __STACKTRACE__),
-        raknet_port: state.config.port
-      )
-
-      :noreply
-  end
-
-  defp raw_reply(_state, _data, _from), do: :noreply
 
   @impl GenServer
   def terminate(reason, state) do

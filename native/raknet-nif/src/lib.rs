@@ -355,6 +355,9 @@ fn start_endpoints<'a>(
     let mut config = options.config.clone();
     // The caller gives the server's limits; each endpoint thread enforces its share.
     config.admission = config.admission.endpoint_share(count);
+    if let Some(raw) = config.raw.as_mut() {
+        *raw = raw.endpoint_share(count);
+    }
     // A server's IPv4 and IPv6 sockets have one GUID (the Elixir side passes it to both) and
     // one group: one connection limit and one table of their clients' GUIDs.
     let guid = *config.guid.get_or_insert_with(convert::seed);

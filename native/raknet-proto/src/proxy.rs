@@ -135,6 +135,14 @@ pub fn parse_v2(data: &[u8]) -> Result<Header, HeaderError> {
     let Some(body) = data.get(V2_FIXED_LEN..len) else {
         return Err(HeaderError::Truncated);
     };
+    if command == 0 {
+        // LOCAL: the proxy speaks for itself; the address block and TLVs are ignored.
+        return Ok(Header {
+            source: None,
+            destination: None,
+            len,
+        });
+    }
     let (addresses, rest) = match family {
         0 => (None, body),
         1 => {
@@ -168,8 +176,8 @@ pub fn parse_v2(data: &[u8]) -> Result<Header, HeaderError> {
         _ => return Err(HeaderError::Family),
     };
     check_tlvs(rest)?;
-    // LOCAL: the proxy speaks for itself; the address block, if any, is ignored.
-    let Some((source, destination)) = addresses.filter(|_| command == 1) else {
+    // UNSPEC: no address given; the datagram is the proxy's own.
+    let Some((source, destination)) = addresses else {
         return Ok(Header {
             source: None,
             destination: None,
@@ -284,11 +292,16 @@ impl IpPrefix {
     /// The prefix of `len` bits of `addr` (bits past it are ignored); `None` if `len` is
     /// longer than the address.
     pub fn new(addr: IpAddr, len: u8) -> Option<Self> {
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        (len <= max).then_some(Self {
-            addr: addr::unmap_ip(addr),
-            len,
-        })
+        match (addr, addr::unmap_ip(addr)) {
+            (IpAddr::V4(_), v4) => (len <= 32).then_some(Self { addr: v4, len }),
+            // `::ffff:a.b.c.d/n` is the IPv4 prefix of n - 96 bits (shorter ones would take
+            // in more than IPv4-mapped addresses: refused).
+            (IpAddr::V6(_), v4 @ IpAddr::V4(_)) => len
+                .checked_sub(96)
+                .filter(|&n| n <= 32)
+                .map(|len| Self { addr: v4, len }),
+            (IpAddr::V6(_), v6) => (len <= 128).then_some(Self { addr: v6, len }),
+        }
     }
 
     /// Whether `ip` (IPv4-mapped IPv6 counts as IPv4) is inside this prefix.
@@ -309,7 +322,7 @@ impl IpPrefix {
 /// Whether the first `len` of the `width` low bits of `a` and `b` agree.
 fn same_bits(a: u128, b: u128, width: u32, len: u8) -> bool {
     let len = u32::from(len);
-    len == 0 || (a ^ b) >> (width - len) == 0
+    len == 0 || (len <= width && (a ^ b) >> (width - len) == 0)
 }
 
 impl FromStr for IpPrefix {
@@ -396,15 +409,21 @@ pub struct ProxyStats {
     /// Datagrams from trusted sources without a header (or flow) while one is required:
     /// dropped.
     pub missing_header: u64,
-    /// New flows refused because `max_flows` were remembered: dropped.
+    /// New clients refused because `max_flows` were remembered: dropped.
     pub flows_full: u64,
-    /// Flows remembered now.
+    /// Datagrams for a client that came through a proxy whose route is gone (the proxy gave
+    /// its port to another client, or the client went quiet): dropped rather than sent to
+    /// the client's own address, which would go around the proxy.
+    pub replies_dropped: u64,
+    /// Clients with a route through a proxy now.
     pub flows: usize,
 }
 
+/// How replies reach a client that came through a proxy.
 #[derive(Debug)]
-struct Flow {
-    client: SocketAddr,
+struct Route {
+    /// The proxy's address and port the client's datagrams came from.
+    via: SocketAddr,
     /// The header to put in front of replies (Spectrum), client and proxy as received.
     reply_header: Option<[u8; SPP_LEN]>,
     last_ms: u64,
@@ -425,30 +444,52 @@ pub enum Inbound {
     Nothing,
 }
 
+/// Where [`ProxyLayer::outbound`] sends a datagram for a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outbound<'a> {
+    /// Through the proxy at `via` (with Spectrum's header in front, when given).
+    Via(SocketAddr, Option<&'a [u8; SPP_LEN]>),
+    /// To the client's own address: it never came through a proxy.
+    Direct,
+    /// Nowhere: it came through a proxy and its route is gone (counted).
+    Drop,
+}
+
 /// The proxy support of an endpoint: it turns datagrams from proxies into datagrams from
 /// clients, and tells replies to clients which proxy flow to take.
+///
+/// Every route (client to proxy address and port) lives while the client sends: one idle for
+/// longer than the layer's idle time is gone. With [`ProxyMode::V2First`] the proxy's port
+/// also stands for the client in later datagrams (a flow). A client whose route went away
+/// (the proxy gave its port to another client, or it went quiet) is remembered for another
+/// idle time as an orphan: what the endpoint still sends it is dropped, never sent around the
+/// proxy to the client's own address.
 #[derive(Debug)]
 pub struct ProxyLayer {
     config: ProxyConfig,
-    /// Keyed by the proxy's address and port as the socket sees them.
-    flows: HashMap<SocketAddr, Flow>,
-    /// A client's flow.
-    by_client: HashMap<SocketAddr, SocketAddr>,
-    /// How long a flow lives without a datagram.
+    /// [`ProxyMode::V2First`]: the client each proxy address and port carries, and when it
+    /// last did.
+    flows: HashMap<SocketAddr, (SocketAddr, u64)>,
+    /// Each proxied client's way back.
+    routes: HashMap<SocketAddr, Route>,
+    /// Clients that came through a proxy and lost their route, since when.
+    orphans: HashMap<SocketAddr, u64>,
+    /// How long a route or flow lives without a datagram.
     idle_ms: u64,
     last_sweep_ms: u64,
     stats: ProxyStats,
 }
 
 impl ProxyLayer {
-    /// A layer for `config`; flows idle for `idle_ms` are forgotten (an endpoint passes the
+    /// A layer for `config`; routes idle for `idle_ms` are gone (an endpoint passes the
     /// longer of its connection timeout and its handshake timeout: a live connection hears
     /// from its client more often than that).
     pub fn new(config: ProxyConfig, idle_ms: u64) -> Self {
         Self {
             config,
             flows: HashMap::new(),
-            by_client: HashMap::new(),
+            routes: HashMap::new(),
+            orphans: HashMap::new(),
             idle_ms,
             last_sweep_ms: 0,
             stats: ProxyStats::default(),
@@ -458,9 +499,13 @@ impl ProxyLayer {
     /// The counters.
     pub fn stats(&self) -> ProxyStats {
         ProxyStats {
-            flows: self.flows.len(),
+            flows: self.routes.len(),
             ..self.stats
         }
+    }
+
+    fn fresh(&self, last_ms: u64, now_ms: u64) -> bool {
+        now_ms.saturating_sub(last_ms) <= self.idle_ms
     }
 
     /// A datagram `from` the socket's point of view, at `now_ms`.
@@ -484,15 +529,10 @@ impl ProxyLayer {
         if !header_like {
             // Only a first-datagram proxy leaves its flow's later datagrams bare; where every
             // datagram carries a header, a bare one is the proxy's own.
-            let flow = match self.config.mode {
-                ProxyMode::V2First => self.flows.get_mut(&from),
-                ProxyMode::V2Every | ProxyMode::Spectrum => None,
-            };
-            if let Some(flow) = flow {
-                flow.last_ms = now_ms;
+            if let Some(client) = self.flow_client(now_ms, from) {
                 self.stats.proxied += 1;
                 return Inbound::Datagram {
-                    from: flow.client,
+                    from: client,
                     payload: datagram,
                 };
             }
@@ -509,12 +549,9 @@ impl ProxyLayer {
             ProxyMode::Spectrum => parse_spp(&datagram),
             _ => parse_v2(&datagram),
         };
-        let header = match parsed {
-            Ok(header) => header,
-            Err(_) => {
-                self.stats.malformed_header += 1;
-                return Inbound::Nothing;
-            }
+        let Ok(header) = parsed else {
+            self.stats.malformed_header += 1;
+            return Inbound::Nothing;
         };
         let payload = datagram.slice(header.len..);
         let Some(client) = header.source else {
@@ -544,7 +581,40 @@ impl ProxyLayer {
         }
     }
 
-    /// Map the flow `via` to `client`; false if the table is full.
+    /// The client a bare datagram from `via` belongs to ([`ProxyMode::V2First`] flows still
+    /// alive), refreshing its flow and route.
+    fn flow_client(&mut self, now_ms: u64, via: SocketAddr) -> Option<SocketAddr> {
+        if self.config.mode != ProxyMode::V2First {
+            return None;
+        }
+        let &(client, last_ms) = self.flows.get(&via)?;
+        if !self.fresh(last_ms, now_ms) {
+            self.flows.remove(&via);
+            self.lose_route(client, via, now_ms);
+            return None;
+        }
+        self.flows.insert(via, (client, now_ms));
+        match self.routes.get_mut(&client) {
+            Some(route) if route.via == via => route.last_ms = now_ms,
+            _ => return None,
+        }
+        Some(client)
+    }
+
+    /// `client`'s route through `via` ends (if it still goes there): it becomes an orphan.
+    fn lose_route(&mut self, client: SocketAddr, via: SocketAddr, now_ms: u64) {
+        if self.routes.get(&client).is_some_and(|r| r.via == via) {
+            self.routes.remove(&client);
+            if self.orphans.len() >= self.config.max_flows {
+                self.sweep(now_ms);
+            }
+            if self.orphans.len() < self.config.max_flows {
+                self.orphans.insert(client, now_ms);
+            }
+        }
+    }
+
+    /// Route `client` through `via`; false if the table is full.
     fn remember(
         &mut self,
         now_ms: u64,
@@ -552,80 +622,104 @@ impl ProxyLayer {
         client: SocketAddr,
         reply_header: Option<[u8; SPP_LEN]>,
     ) -> bool {
-        if let Some(flow) = self.flows.get_mut(&via) {
-            flow.last_ms = now_ms;
-            flow.reply_header = reply_header;
-            if flow.client != client {
-                // The proxy gave its port to another client.
-                let old = std::mem::replace(&mut flow.client, client);
-                if self.by_client.get(&old) == Some(&via) {
-                    self.by_client.remove(&old);
-                }
-                self.by_client.insert(client, via);
-            }
-            return true;
-        }
-        if self.flows.len() >= self.config.max_flows {
-            // At most one sweep a second: a flood of new flows must not make every datagram
-            // walk the table.
+        if !self.routes.contains_key(&client) && self.routes.len() >= self.config.max_flows {
+            // At most one sweep a second: a flood of new clients must not make every
+            // datagram walk the table.
             if now_ms.saturating_sub(self.last_sweep_ms) >= 1_000 {
                 self.sweep(now_ms);
             }
-            if self.flows.len() >= self.config.max_flows {
+            if self.routes.len() >= self.config.max_flows {
                 return false;
             }
         }
-        self.flows.insert(
-            via,
-            Flow {
-                client,
+        if self.config.mode == ProxyMode::V2First {
+            if let Some((old, _)) = self.flows.insert(via, (client, now_ms)) {
+                if old != client {
+                    // The proxy gave its port to another client.
+                    self.lose_route(old, via, now_ms);
+                }
+            }
+        }
+        if let Some(previous) = self.routes.insert(
+            client,
+            Route {
+                via,
                 reply_header,
                 last_ms: now_ms,
             },
-        );
-        if let Some(old) = self.by_client.insert(client, via) {
+        ) {
             // The client came through another port of the proxy: that flow is stale.
-            if old != via {
-                self.flows.remove(&old);
+            if previous.via != via && self.flows.get(&previous.via).is_some_and(|f| f.0 == client) {
+                self.flows.remove(&previous.via);
             }
         }
+        self.orphans.remove(&client);
         true
     }
 
-    /// Forget flows idle for longer than the layer's idle time.
+    /// Forget routes and flows idle for longer than the layer's idle time (their clients
+    /// become orphans), and orphans that have been so for as long.
     pub fn sweep(&mut self, now_ms: u64) {
         self.last_sweep_ms = now_ms;
         let idle = self.idle_ms;
-        let by_client = &mut self.by_client;
-        self.flows.retain(|via, flow| {
-            let keep = now_ms.saturating_sub(flow.last_ms) <= idle;
-            if !keep && by_client.get(&flow.client) == Some(via) {
-                by_client.remove(&flow.client);
+        let fresh = |last: u64| now_ms.saturating_sub(last) <= idle;
+        self.flows.retain(|_, (_, last)| fresh(*last));
+        let mut lost = Vec::new();
+        self.routes.retain(|client, route| {
+            let keep = fresh(route.last_ms);
+            if !keep {
+                lost.push(*client);
             }
             keep
         });
+        self.orphans.retain(|_, since| fresh(*since));
+        for client in lost {
+            if self.orphans.len() < self.config.max_flows {
+                self.orphans.insert(client, now_ms);
+            }
+        }
     }
 
-    /// Where a datagram for `client` goes: the proxy flow that carries it (and, for
-    /// Spectrum, the header to put in front), or `client` itself when no proxy carries it.
-    pub fn outbound(&self, client: SocketAddr) -> (SocketAddr, Option<&[u8; SPP_LEN]>) {
-        match self.by_client.get(&client) {
-            Some(via) => {
-                let header = self.flows.get(via).and_then(|f| f.reply_header.as_ref());
-                (*via, header)
+    /// Sweep once a second at most (an endpoint calls this from its timers).
+    pub fn tick(&mut self, now_ms: u64) {
+        if now_ms.saturating_sub(self.last_sweep_ms) >= 1_000 {
+            self.sweep(now_ms);
+        }
+    }
+
+    /// Where a datagram for `client` goes at `now_ms`.
+    pub fn outbound(&mut self, now_ms: u64, client: SocketAddr) -> Outbound<'_> {
+        let fresh = match self.routes.get(&client) {
+            Some(route) => Some(self.fresh(route.last_ms, now_ms)),
+            None => None,
+        };
+        match fresh {
+            Some(true) => {
+                let route = &self.routes[&client];
+                Outbound::Via(route.via, route.reply_header.as_ref())
             }
-            None => (client, None),
+            Some(false) => {
+                self.stats.replies_dropped += 1;
+                Outbound::Drop
+            }
+            None if self.orphans.contains_key(&client) => {
+                self.stats.replies_dropped += 1;
+                Outbound::Drop
+            }
+            None => Outbound::Direct,
         }
     }
 
     /// Heap bytes held (see [`crate::memory`]).
     pub fn heap_bytes(&self) -> usize {
-        crate::memory::map(&self.flows) + crate::memory::map(&self.by_client)
+        crate::memory::map(&self.flows)
+            + crate::memory::map(&self.routes)
+            + crate::memory::map(&self.orphans)
     }
 
-    /// Whether any client is carried by a proxy now (replies need [`Self::outbound`]).
+    /// Whether any client came through a proxy (replies need [`Self::outbound`]).
     pub fn carries_any(&self) -> bool {
-        !self.by_client.is_empty()
+        !self.routes.is_empty() || !self.orphans.is_empty()
     }
 }
 
@@ -791,19 +885,74 @@ mod tests {
                 payload: Bytes::from_static(b"\x05data")
             }
         );
-        assert_eq!(l.outbound(sa("203.0.113.7:50000")), (proxy, None));
-        // A direct client is its own address.
         assert_eq!(
-            l.outbound(sa("198.51.100.9:1")),
-            (sa("198.51.100.9:1"), None)
+            l.outbound(1, sa("203.0.113.7:50000")),
+            Outbound::Via(proxy, None)
         );
-        // Expiry.
+        // A direct client is its own address.
+        assert_eq!(l.outbound(1, sa("198.51.100.9:1")), Outbound::Direct);
+        // A flow idle past its time no longer names anyone, even before a sweep: a bare
+        // datagram from that port is the proxy's own, and replies to the client that was
+        // there are dropped rather than sent around the proxy.
+        assert_eq!(
+            l.inbound(20_000, proxy, Bytes::from_static(b"\x05")),
+            Inbound::Datagram {
+                from: proxy,
+                payload: Bytes::from_static(b"\x05")
+            }
+        );
+        assert_eq!(l.outbound(20_000, sa("203.0.113.7:50000")), Outbound::Drop);
+        assert_eq!(l.stats().replies_dropped, 1);
         l.sweep(20_000);
         assert_eq!(l.stats().flows, 0);
+        // The orphan is forgotten after another idle time.
+        l.sweep(40_000);
         assert_eq!(
-            l.outbound(sa("203.0.113.7:50000")).0,
-            sa("203.0.113.7:50000")
+            l.outbound(40_000, sa("203.0.113.7:50000")),
+            Outbound::Direct
         );
+    }
+
+    #[test]
+    fn a_port_given_to_another_client_leaves_the_first_an_orphan() {
+        let mut l = layer(ProxyMode::V2First, false);
+        let port = sa("10.0.0.5:40000");
+        l.inbound(0, port, v2("203.0.113.7:50000", b"\x05"));
+        l.inbound(5, port, v2("203.0.113.8:1", b"\x05"));
+        // The second client has the port; the first is not sent to directly.
+        assert_eq!(
+            l.outbound(5, sa("203.0.113.8:1")),
+            Outbound::Via(port, None)
+        );
+        assert_eq!(l.outbound(5, sa("203.0.113.7:50000")), Outbound::Drop);
+        let bare = l.inbound(6, port, Bytes::from_static(b"\x05"));
+        assert!(matches!(bare, Inbound::Datagram { from, .. } if from == sa("203.0.113.8:1")));
+        // Back through another port: routed again.
+        l.inbound(7, sa("10.0.0.5:40001"), v2("203.0.113.7:50000", b"\x05"));
+        assert_eq!(
+            l.outbound(7, sa("203.0.113.7:50000")),
+            Outbound::Via(sa("10.0.0.5:40001"), None)
+        );
+    }
+
+    #[test]
+    fn mapped_prefixes_are_ipv4_prefixes() {
+        let p: IpPrefix = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!(p, "10.0.0.0/8".parse().unwrap());
+        assert!(p.contains("10.1.2.3".parse().unwrap()));
+        assert!(!p.contains("11.1.2.3".parse().unwrap()));
+        let one: IpPrefix = "::ffff:10.0.0.1".parse().unwrap();
+        assert!(one.contains("10.0.0.1".parse().unwrap()));
+        assert!(!one.contains("10.0.0.2".parse().unwrap()));
+        // Shorter than the mapped range: more than IPv4.
+        assert!("::ffff:10.0.0.0/95".parse::<IpPrefix>().is_err());
+    }
+
+    #[test]
+    fn local_ignores_its_address_block() {
+        let w = [&V2_SIGNATURE[..], &[0x20, 0x11, 0x00, 0x03, 1, 2, 3]].concat();
+        let h = parse_v2(&w).unwrap();
+        assert_eq!((h.source, h.len), (None, 19));
     }
 
     #[test]
@@ -835,7 +984,7 @@ mod tests {
     }
 
     #[test]
-    fn table_is_bounded_and_ports_move() {
+    fn table_is_bounded_and_clients_share_a_port() {
         let mut l = layer(ProxyMode::V2Every, false);
         for i in 0..4u16 {
             let via = SocketAddr::new("10.0.0.5".parse().unwrap(), 1000 + i);
@@ -850,15 +999,21 @@ mod tests {
             Inbound::Nothing
         );
         assert_eq!(l.stats().flows_full, 1);
-        // The proxy gives port 1000 to another client: the old client's mapping goes.
-        l.inbound(1, sa("10.0.0.5:1000"), v2("203.0.113.50:7", b"\x05"));
-        assert_eq!(l.outbound(sa("203.0.113.1:5000")).0, sa("203.0.113.1:5000"));
-        assert_eq!(l.outbound(sa("203.0.113.50:7")).0, sa("10.0.0.5:1000"));
-        // After the idle time a sweep makes room.
+        // Routes idle past their time make room.
         assert!(matches!(
-            l.inbound(20_000, sa("10.0.0.5:2000"), v2("203.0.113.99:1", b"\x05")),
+            l.inbound(50_000, sa("10.0.0.5:2000"), v2("203.0.113.99:1", b"\x05")),
             Inbound::Datagram { .. }
         ));
+        // Every datagram names its client: two clients over one port of the proxy each keep
+        // their route.
+        l.inbound(50_001, sa("10.0.0.5:1000"), v2("203.0.113.50:7", b"\x05"));
+        l.inbound(50_001, sa("10.0.0.5:1000"), v2("203.0.113.51:7", b"\x05"));
+        for client in ["203.0.113.50:7", "203.0.113.51:7"] {
+            assert_eq!(
+                l.outbound(50_001, sa(client)),
+                Outbound::Via(sa("10.0.0.5:1000"), None)
+            );
+        }
     }
 
     #[test]
@@ -876,9 +1031,11 @@ mod tests {
                 payload: Bytes::from_static(b"\x05")
             }
         );
-        let (via, h) = l.outbound(sa("203.0.113.7:50000"));
+        let Outbound::Via(via, Some(h)) = l.outbound(0, sa("203.0.113.7:50000")) else {
+            panic!("no route with a header");
+        };
         assert_eq!(via, sa("10.1.1.1:7000"));
-        assert_eq!(&h.unwrap()[..], &header[..]);
+        assert_eq!(&h[..], &header[..]);
         // A malformed header from the trusted proxy is a counted drop.
         assert_eq!(
             l.inbound(0, sa("10.1.1.1:7000"), Bytes::from_static(&[0x56, 0xEC, 1])),

@@ -54,6 +54,7 @@ impl Driver {
                     ("proxy_malformed_header", s.proxy.malformed_header),
                     ("proxy_missing_header", s.proxy.missing_header),
                     ("proxy_flows_full", s.proxy.flows_full),
+                    ("proxy_replies_dropped", s.proxy.replies_dropped),
                     ("proxy_flows", s.proxy.flows as u64),
                     ("recv_buffer_bytes", self.me.buffers.0 as u64),
                     ("send_buffer_bytes", self.me.buffers.1 as u64),

@@ -22,7 +22,7 @@ use crate::message::{
     id, AlreadyConnected, ConnectionBanned, IpRecentlyConnected, NoFreeIncomingConnections,
     OfflineMessage, OpenConnectionRequest2, UnconnectedPing, UnconnectedPong,
 };
-use crate::proxy::{self, Inbound, ProxyLayer, ProxyMode};
+use crate::proxy::{self, Inbound, Outbound, ProxyLayer, ProxyMode};
 use crate::rng::derive;
 use crate::send::flight::ReceiptOutcome;
 use crate::send::gate::{GateOwner, SendGate};
@@ -626,6 +626,9 @@ impl Endpoint {
     /// deadline that is still due afterwards (an ACK waiting for [`Endpoint::poll_transmit`],
     /// say) is served by the next call.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(proxy) = self.proxy.as_mut() {
+            proxy.tick(now.saturating_duration_since(self.epoch).as_millis() as u64);
+        }
         self.handshake.expire(&self.config, self.ms(now));
         self.handshake
             .update_pressure(&self.config, self.ms(now), &mut self.stats);
@@ -656,17 +659,27 @@ impl Endpoint {
 
     /// Write the next datagram to send into `buf`; `None` when there is nothing to send.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let mut tx = self.poll_transmit_to_peer(now, buf)?;
-        // A client behind a proxy is reached through the proxy's flow (Spectrum's with its
-        // header in front).
-        if let Some(proxy) = self.proxy.as_ref().filter(|p| p.carries_any()) {
-            let (via, header) = proxy.outbound(tx.destination);
-            if let Some(header) = header {
-                buf.splice(0..0, header.iter().copied());
-                tx.size = buf.len();
+        let now_ms = self.ms(now);
+        let mut tx = loop {
+            let mut tx = self.poll_transmit_to_peer(now, buf)?;
+            // A client behind a proxy is reached through the proxy's flow (Spectrum's with
+            // its header in front); one whose route is gone is not reached at all.
+            let Some(proxy) = self.proxy.as_mut().filter(|p| p.carries_any()) else {
+                break tx;
+            };
+            match proxy.outbound(now_ms, tx.destination) {
+                Outbound::Direct => break tx,
+                Outbound::Drop => continue,
+                Outbound::Via(via, header) => {
+                    if let Some(header) = header {
+                        buf.splice(0..0, header.iter().copied());
+                        tx.size = buf.len();
+                    }
+                    tx.destination = via;
+                    break tx;
+                }
             }
-            tx.destination = via;
-        }
+        };
         if let Some((mode, source)) = self.sent_proxy_header(tx.destination) {
             let offline = buf.first().is_some_and(|b| b & crate::flags::VALID == 0);
             if mode != ProxyMode::V2First || offline {
@@ -684,14 +697,17 @@ impl Endpoint {
 
     /// The proxy header this endpoint puts in front of what it sends to `peer`, if any
     /// ([`EndpointConfig::send_proxy_header`], [`ConnectOptions::proxy_header`]).
+    #[inline]
     fn sent_proxy_header(&self, peer: SocketAddr) -> Option<(ProxyMode, SocketAddr)> {
-        self.config.send_proxy_header.or_else(|| {
-            let id = self
-                .by_addr
-                .get(&peer)
-                .filter(|_| self.proxy_headers_sent)?;
-            self.conn(*id)?.config().send_proxy_header
-        })
+        if let Some(header) = self.config.send_proxy_header {
+            return Some(header);
+        }
+        // Checked first: a peer lookup for every datagram would cost every endpoint.
+        if !self.proxy_headers_sent {
+            return None;
+        }
+        let id = self.by_addr.get(&peer)?;
+        self.conn(*id)?.config().send_proxy_header
     }
 
     /// [`Endpoint::poll_transmit`] with the peer's own address (a proxied client's real one).

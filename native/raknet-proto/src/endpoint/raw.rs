@@ -66,6 +66,18 @@ impl RawConfig {
             max_proven_reply: 4_096,
         }
     }
+
+    /// The rates one of `endpoints` endpoints serving one port enforces (rounded up), as
+    /// [`crate::AdmissionLimits::endpoint_share`] divides the admission limits: a source's
+    /// datagrams spread over the endpoints by port.
+    pub fn endpoint_share(&self, endpoints: usize) -> Self {
+        let n = u32::try_from(endpoints.max(1)).unwrap_or(u32::MAX);
+        Self {
+            per_ip_per_sec: self.per_ip_per_sec.div_ceil(n),
+            per_sec: self.per_sec.div_ceil(n),
+            ..self.clone()
+        }
+    }
 }
 
 impl Endpoint {
