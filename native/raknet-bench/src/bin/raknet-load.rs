@@ -1,7 +1,7 @@
 //! `raknet-load`: open N RakNet connections to any server, send at a rate, report.
 //!
-//! Every simulated player has its own UDP socket and client engine; all of them run on one
-//! thread, in one event loop (one `epoll_wait` for every socket, one timer heap). Each message carries its send time, so when the server echoes (as
+//! Every simulated player has its own UDP socket and client engine; all of them run as tasks
+//! on one thread. Each message carries its send time, so when the server echoes (as
 //! `make server` does) the round trip is measured. Progress is printed every second and a
 //! summary at the end.
 //!
@@ -28,17 +28,15 @@
 //! player stops sending and waits up to `--drain` seconds for its missing reliable echoes
 //! before it closes. The summary then has `reliable`, `sequenced`, `dropped` and `verify` lines.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::cell::RefCell;
+use std::io::ErrorKind;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mio::net::UdpSocket;
-use mio::{Events, Interest, Poll, Token};
-use raknet_proto::{
-    ConnId, Endpoint, EndpointConfig, Event, Limits, Priority, Reliability, SendOptions,
-};
+use raknet_proto::{Endpoint, EndpointConfig, Event, Limits, Priority, Reliability, SendOptions};
+use tokio::net::UdpSocket;
 
 struct Args {
     server: SocketAddr,
@@ -147,6 +145,9 @@ struct Totals {
     rtts_us: Vec<u32>,
     /// The round trips of the current second, for the progress line's p99.
     second_rtts_us: Vec<u32>,
+    /// The current second's longest lateness of a player's timer: how long the load tester
+    /// itself kept a send or a timer waiting (a round trip includes it).
+    second_lag_us: u64,
     failures: Vec<String>,
     /// `--verify`: connections that ended before they closed themselves.
     dropped: usize,
@@ -199,126 +200,89 @@ impl ReliableEchoes {
     }
 }
 
-/// One simulated player: its socket, its engine and where its run stands.
-struct Player {
-    id: usize,
-    socket: UdpSocket,
-    ep: Endpoint,
-    conn: ConnId,
-    /// When it sends next (spread over one interval once connected).
-    next_send: Option<Instant>,
-    seq: u64,
-    connected: bool,
-    ever_connected: bool,
-    /// `--verify`: numbers sent per tag, the reliable echoes, the last sequenced echo.
-    sent: [u64; 2],
-    reliable: ReliableEchoes,
-    last_sequenced: Option<u64>,
-    /// A verifying player stays (without sending) until its reliable echoes are all back,
-    /// for at most `--drain`; it then closes, and leaves a second later.
-    close_by: Instant,
-    leave_at: Instant,
-    done: bool,
-    /// The deadline its entry in the timer heap has (`None`: none).
-    armed: Option<Instant>,
-}
-
-/// What every player shares: the options, the counters, the buffers.
-struct Shared {
-    args: Args,
-    totals: Totals,
-    start: Instant,
-    stop: Instant,
-    interval: Duration,
-    recv: RecvBufs,
-    buf: Vec<u8>,
-}
-
-impl Player {
-    fn new(sh: &mut Shared, id: usize, poll: &Poll) -> Option<Self> {
-        let bind: SocketAddr = if sh.args.server.is_ipv4() {
-            ([0, 0, 0, 0], 0).into()
-        } else {
-            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-        };
-        let mut socket = UdpSocket::bind(bind).ok()?;
-        poll.registry()
-            .register(&mut socket, Token(id), Interest::READABLE)
-            .ok()?;
-        let local = socket.local_addr().unwrap_or(sh.args.server);
-        let config = EndpointConfig {
-            rng_seed: id as u64 ^ 0x10ad,
-            protocol_versions: vec![sh.args.protocol],
-            accept_incoming: false,
-            // The load tester chose its server: no limit on the server's message rate.
-            limits: Limits {
-                max_messages_per_sec: None,
-                ..Limits::default()
-            },
-            ..EndpointConfig::default()
-        };
+async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id: usize) {
+    let bind = if args.server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let Ok(socket) = UdpSocket::bind(bind).await else {
+        totals.borrow_mut().failed += 1;
+        return;
+    };
+    let local = socket.local_addr().unwrap_or(args.server);
+    let config = EndpointConfig {
+        rng_seed: id as u64 ^ 0x10ad,
+        protocol_versions: vec![args.protocol],
+        accept_incoming: false,
+        // The load tester chose its server: no limit on the server's message rate.
+        limits: Limits {
+            max_messages_per_sec: None,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let mut ep = Endpoint::new(config, local, Instant::now());
+    let Ok(conn) = ep.connect(Instant::now(), args.server) else {
+        totals.borrow_mut().failed += 1;
+        return;
+    };
+    let interval = Duration::from_secs_f64(1.0 / args.rate.max(0.001));
+    // Spread the players' send times over one interval.
+    let mut next_send: Option<Instant> = None;
+    let stop = start + args.duration;
+    let (mut recv, mut buf) = (RecvBufs::default(), Vec::with_capacity(2048));
+    let opts = SendOptions {
+        reliability: args.reliability,
+        channel: args.channel,
+        priority: Priority::High,
+    };
+    let mut seq = 0u64;
+    let mut connected = false;
+    let mut ever_connected = false;
+    // `--verify`: numbers sent per tag, the reliable echoes, the last sequenced echo.
+    let mut sent = [0u64; 2];
+    let mut reliable = ReliableEchoes::default();
+    let mut last_sequenced: Option<u64> = None;
+    // A verifying player stays (without sending) until its reliable echoes are all back, for
+    // at most `--drain`; it then closes, and leaves a second later.
+    let close_by = if args.verify { stop + args.drain } else { stop };
+    let mut leave_at = close_by + Duration::from_secs(1);
+    loop {
         let now = Instant::now();
-        let mut ep = Endpoint::new(config, local, now);
-        let conn = ep.connect(now, sh.args.server).ok()?;
-        let close_by = if sh.args.verify {
-            sh.stop + sh.args.drain
-        } else {
-            sh.stop
-        };
-        Some(Self {
-            id,
-            socket,
-            ep,
-            conn,
-            next_send: None,
-            seq: 0,
-            connected: false,
-            ever_connected: false,
-            sent: [0; 2],
-            reliable: ReliableEchoes::default(),
-            last_sequenced: None,
-            close_by,
-            leave_at: close_by + Duration::from_secs(1),
-            done: false,
-            armed: None,
-        })
-    }
-
-    /// When the player must be looked at again without a datagram.
-    fn deadline(&mut self, now: Instant, stop: Instant) -> Instant {
-        [
-            self.ep.poll_timeout(),
-            self.next_send.filter(|_| now < stop),
-            Some(if self.connected && now < self.close_by {
-                self.close_by
+        if now >= leave_at {
+            break;
+        }
+        let wake = [
+            ep.poll_timeout(),
+            next_send.filter(|_| now < stop),
+            Some(if connected && now < close_by {
+                close_by
             } else {
-                self.leave_at
+                leave_at
             }),
         ]
         .into_iter()
         .flatten()
         .min()
-        .unwrap_or(now)
-    }
-
-    /// Hand the engine what waits on the socket.
-    fn receive(&mut self, sh: &mut Shared) {
-        let ep = &mut self.ep;
-        recv_all(&self.socket, &mut sh.recv, |data, from| {
-            ep.handle(Instant::now(), from, Bytes::copy_from_slice(data));
-        });
-    }
-
-    /// Timers, the send that is due, events, datagrams, and the end of the run.
-    fn service(&mut self, sh: &mut Shared, now: Instant) {
-        if now >= self.leave_at {
-            self.done = true;
-            return;
+        .unwrap_or(now);
+        tokio::select! {
+            r = socket.readable() => {
+                if r.is_ok() {
+                    recv_all(&socket, &mut recv, |data, from| {
+                        ep.handle(Instant::now(), from, Bytes::copy_from_slice(data));
+                    });
+                }
+            }
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
+                let lag = Instant::now().saturating_duration_since(wake).as_micros() as u64;
+                let mut t = totals.borrow_mut();
+                t.second_lag_us = t.second_lag_us.max(lag);
+            }
         }
-        let args = &sh.args;
-        self.ep.handle_timeout(now);
-        if self.connected && now < sh.stop && self.next_send.is_some_and(|t| now >= t) {
-            let start = sh.start;
+        let now = Instant::now();
+        ep.handle_timeout(now);
+        if connected && now < stop && next_send.is_some_and(|t| now >= t) {
             let payload = |n: u64, reliability| {
                 let mut payload = Vec::with_capacity(args.size);
                 payload.push(0x86);
@@ -329,12 +293,6 @@ impl Player {
                 payload.resize(args.size, 0);
                 Bytes::from(payload)
             };
-            let opts = SendOptions {
-                reliability: args.reliability,
-                channel: args.channel,
-                priority: Priority::High,
-            };
-            let t = &mut sh.totals;
             if args.verify {
                 for (i, reliability) in [
                     Reliability::ReliableOrdered,
@@ -347,9 +305,12 @@ impl Player {
                         reliability,
                         ..opts
                     };
-                    let message = payload(self.sent[i], reliability);
-                    if self.ep.send(now, self.conn, message, opts).is_ok() {
-                        self.sent[i] += 1;
+                    if ep
+                        .send(now, conn, payload(sent[i], reliability), opts)
+                        .is_ok()
+                    {
+                        sent[i] += 1;
+                        let mut t = totals.borrow_mut();
                         t.sent += 1;
                         t.bytes_sent += args.size as u64;
                         if i == 0 {
@@ -360,24 +321,26 @@ impl Player {
                     }
                 }
             } else {
-                let message = payload(self.seq, args.reliability);
-                if self.ep.send(now, self.conn, message, opts).is_ok() {
+                if ep
+                    .send(now, conn, payload(seq, args.reliability), opts)
+                    .is_ok()
+                {
+                    let mut t = totals.borrow_mut();
                     t.sent += 1;
                     t.bytes_sent += args.size as u64;
                 }
-                self.seq += 1;
+                seq += 1;
             }
-            self.next_send = self.next_send.map(|t| t + sh.interval);
+            next_send = next_send.map(|t| t + interval);
         }
-        while let Some(e) = self.ep.poll_event() {
-            let t = &mut sh.totals;
+        while let Some(e) = ep.poll_event() {
+            let mut t = totals.borrow_mut();
             match e {
                 Event::Connected { .. } => {
-                    self.connected = true;
-                    self.ever_connected = true;
+                    connected = true;
+                    ever_connected = true;
                     t.connected += 1;
-                    let spread = sh.interval.mul_f64((self.id % 97) as f64 / 97.0);
-                    self.next_send = Some(now + spread);
+                    next_send = Some(now + interval.mul_f64((id % 97) as f64 / 97.0));
                 }
                 Event::Message { payload, .. } => {
                     t.received += 1;
@@ -385,8 +348,8 @@ impl Player {
                     if payload.len() >= 9 && payload[0] == 0x86 {
                         let sent_us =
                             u64::from_be_bytes(payload[1..9].try_into().unwrap_or([0; 8]));
-                        let now_us = (now - sh.start).as_micros() as u64;
-                        let rtt = now_us - sent_us.min(now_us);
+                        let rtt = (now - start).as_micros() as u64
+                            - sent_us.min((now - start).as_micros() as u64);
                         let rtt = rtt.min(u64::from(u32::MAX)) as u32;
                         if sent_us >= args.warmup.as_micros() as u64 {
                             t.rtts_us.push(rtt);
@@ -396,14 +359,14 @@ impl Player {
                             let n = u64::from_be_bytes(payload[9..17].try_into().unwrap_or([0; 8]));
                             match payload[17] {
                                 TAG_RELIABLE_ORDERED => {
-                                    self.reliable.record(n, &mut t.reliable);
+                                    reliable.record(n, &mut t.reliable);
                                     t.reliable.rtts_us.push(rtt);
                                 }
                                 TAG_UNRELIABLE_SEQUENCED => {
-                                    if self.last_sequenced.is_some_and(|last| n <= last) {
+                                    if last_sequenced.is_some_and(|last| n <= last) {
                                         t.sequenced.out_of_order += 1;
                                     } else {
-                                        self.last_sequenced = Some(n);
+                                        last_sequenced = Some(n);
                                         t.sequenced.echoed += 1;
                                     }
                                     t.sequenced.rtts_us.push(rtt);
@@ -414,17 +377,15 @@ impl Player {
                     }
                 }
                 Event::Disconnected { reason, .. } => {
-                    if args.verify && self.connected {
-                        t.reliable.lost += self.sent[0] - self.reliable.count;
+                    if args.verify && connected {
+                        t.reliable.lost += sent[0] - reliable.count;
                         t.dropped += 1;
                         if t.drop_reasons.len() < 5 {
-                            t.drop_reasons.push(format!(
-                                "{reason} after {} reliable echoes",
-                                self.reliable.count
-                            ));
+                            t.drop_reasons
+                                .push(format!("{reason} after {} reliable echoes", reliable.count));
                         }
                     }
-                    if self.ever_connected {
+                    if ever_connected {
                         t.disconnected += 1;
                     } else {
                         t.failed += 1;
@@ -432,55 +393,24 @@ impl Player {
                             t.failures.push(reason.to_string());
                         }
                     }
-                    self.done = true;
                     return;
                 }
                 _ => {}
             }
         }
-        while let Some(tx) = self.ep.poll_transmit(now, &mut sh.buf) {
-            // A full socket buffer loses the datagram, as the network would.
-            let _ = self.socket.send_to(&sh.buf[..tx.size], tx.destination);
+        while let Some(tx) = ep.poll_transmit(now, &mut buf) {
+            let _ = socket.send_to(&buf[..tx.size], tx.destination).await;
         }
-        let all_back = self.reliable.count == self.sent[0];
-        if self.connected && now >= sh.stop && (!args.verify || all_back || now >= self.close_by) {
+        let all_back = reliable.count == sent[0];
+        if connected && now >= stop && (!args.verify || all_back || now >= close_by) {
             if args.verify {
-                sh.totals.reliable.lost += self.sent[0] - self.reliable.count;
+                totals.borrow_mut().reliable.lost += sent[0] - reliable.count;
             }
-            self.ep.close(now, self.conn);
-            self.connected = false;
-            self.next_send = None;
-            self.leave_at = self.leave_at.min(now + Duration::from_secs(1));
-            while let Some(tx) = self.ep.poll_transmit(now, &mut sh.buf) {
-                let _ = self.socket.send_to(&sh.buf[..tx.size], tx.destination);
-            }
+            ep.close(now, conn);
+            connected = false;
+            next_send = None;
+            leave_at = leave_at.min(now + Duration::from_secs(1));
         }
-    }
-}
-
-/// Look at `p` now (its socket readable or its deadline passed), then re-arm its timer.
-fn run_player(
-    p: &mut Player,
-    sh: &mut Shared,
-    timers: &mut BinaryHeap<Reverse<(Instant, usize)>>,
-    readable: bool,
-) {
-    if p.done {
-        return;
-    }
-    if readable {
-        p.receive(sh);
-    }
-    let now = Instant::now();
-    p.service(sh, now);
-    if p.done {
-        p.armed = None;
-        return;
-    }
-    let deadline = p.deadline(now, sh.stop);
-    if p.armed != Some(deadline) {
-        p.armed = Some(deadline);
-        timers.push(Reverse((deadline, p.id)));
     }
 }
 
@@ -496,10 +426,11 @@ impl Default for RecvBufs {
 /// Datagrams one receive call takes at most.
 const RECV_BATCH: usize = 8;
 
-/// Hand `f` every datagram waiting on `socket` (registered edge-triggered). On Linux one
-/// `recvmmsg` per call: a call that comes back short emptied the socket, and a datagram
-/// arriving later raises a new edge, so no second call is made to find nothing. Load-tester
-/// CPU is what the server cannot use on a small machine.
+/// Hand `f` every datagram waiting on `socket`. On Linux one `recvmmsg` per wake-up: a call
+/// that comes back short emptied the socket, and tokio's readiness is cleared then as a
+/// `WouldBlock` would clear it (a datagram arriving later raises a new edge-triggered event),
+/// without the second call that would find nothing. Load-tester CPU is what the server
+/// cannot use on a small machine.
 #[cfg(target_os = "linux")]
 fn recv_all(socket: &UdpSocket, bufs: &mut RecvBufs, mut f: impl FnMut(&[u8], SocketAddr)) {
     use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
@@ -508,36 +439,41 @@ fn recv_all(socket: &UdpSocket, bufs: &mut RecvBufs, mut f: impl FnMut(&[u8], So
     let room = bufs.0.len();
     let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(room, None);
     loop {
-        let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
-            .0
-            .iter_mut()
-            .map(|b| [IoSliceMut::new(b.as_mut_slice())])
-            .collect();
-        let Ok(msgs) = recvmmsg(
-            socket.as_raw_fd(),
-            &mut headers,
-            iovs.iter_mut(),
-            MsgFlags::empty(),
-            None,
-        ) else {
-            // WouldBlock (nothing there), or an ICMP error surfacing: either way, done.
-            return;
-        };
-        let mut n = 0;
-        for msg in msgs {
-            n += 1;
-            let from = msg.address.as_ref().and_then(|a| {
-                match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
-                    (Some(v4), _) => Some(SocketAddr::V4((*v4).into())),
-                    (None, Some(v6)) => Some(SocketAddr::V6((*v6).into())),
-                    (None, None) => None,
+        let mut drained = false;
+        let read = socket.try_io(tokio::io::Interest::READABLE, || {
+            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
+                .0
+                .iter_mut()
+                .map(|b| [IoSliceMut::new(b.as_mut_slice())])
+                .collect();
+            let msgs = recvmmsg(
+                socket.as_raw_fd(),
+                &mut headers,
+                iovs.iter_mut(),
+                MsgFlags::empty(),
+                None,
+            )?;
+            let mut n = 0;
+            for msg in msgs {
+                n += 1;
+                let from = msg.address.as_ref().and_then(|a| {
+                    match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
+                        (Some(v4), _) => Some(SocketAddr::V4((*v4).into())),
+                        (None, Some(v6)) => Some(SocketAddr::V6((*v6).into())),
+                        (None, None) => None,
+                    }
+                });
+                if let (Some(from), Some(data)) = (from, msg.iovs().next()) {
+                    f(data, from);
                 }
-            });
-            if let (Some(from), Some(data)) = (from, msg.iovs().next()) {
-                f(data, from);
             }
-        }
-        if n < room {
+            if n < room {
+                drained = true;
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            Ok(())
+        });
+        if read.is_err() || drained {
             return;
         }
     }
@@ -549,7 +485,7 @@ fn recv_all(socket: &UdpSocket, bufs: &mut RecvBufs, mut f: impl FnMut(&[u8], So
     let Some(buf) = bufs.0.first_mut() else {
         return;
     };
-    while let Ok((n, from)) = socket.recv_from(buf) {
+    while let Ok((n, from)) = socket.try_recv_from(buf) {
         f(buf.get(..n).unwrap_or(&[]), from);
     }
 }
@@ -607,19 +543,24 @@ fn verify_summary(t: &mut Totals) {
 
 fn main() {
     let args = match parse_args() {
-        Ok(a) => a,
+        Ok(a) => Rc::new(a),
         Err(e) => {
             eprintln!("raknet-load: {e}");
             std::process::exit(2);
         }
     };
-    let mut poll = match Poll::new() {
-        Ok(p) => p,
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("raknet-load: {e}");
             std::process::exit(1);
         }
     };
+    let totals = Rc::new(RefCell::new(Totals::default()));
+    let start = Instant::now();
     println!(
         "raknet-load: {} connections to {} at {}/s each, {} B {:?} on channel {}, {:?}",
         args.connections,
@@ -630,91 +571,54 @@ fn main() {
         args.channel,
         args.duration
     );
-    let start = Instant::now();
-    let mut sh = Shared {
-        interval: Duration::from_secs_f64(1.0 / args.rate.max(0.001)),
-        stop: start + args.duration,
-        args,
-        totals: Totals::default(),
-        start,
-        recv: RecvBufs::default(),
-        buf: Vec::with_capacity(2048),
-    };
-    // Every player on this one thread: one `epoll_wait` for all their sockets, one heap for
-    // all their timers (a task and a timer per player cost twice the CPU).
-    // A player whose socket or connect failed is `None` (counted as failed).
-    let mut players: Vec<Option<Player>> = Vec::with_capacity(sh.args.connections);
-    let mut timers = BinaryHeap::new();
-    for id in 0..sh.args.connections {
-        let player = Player::new(&mut sh, id, &poll);
-        if player.is_none() {
-            sh.totals.failed += 1;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let mut handles = Vec::new();
+        for id in 0..args.connections {
+            handles.push(tokio::task::spawn_local(player(
+                args.clone(),
+                totals.clone(),
+                start,
+                id,
+            )));
         }
-        players.push(player);
-    }
-    for p in players.iter_mut().flatten() {
-        run_player(p, &mut sh, &mut timers, false);
-    }
-    let mut events = Events::with_capacity(1024);
-    let mut last = (0u64, 0u64);
-    let mut next_progress = start + Duration::from_secs(1);
-    let mut lag_us = 0u64;
-    while players.iter().flatten().any(|p| !p.done) {
-        let now = Instant::now();
-        let next = timers
-            .peek()
-            .map_or(next_progress, |Reverse((t, _))| (*t).min(next_progress));
-        let wait = next.saturating_duration_since(now);
-        if poll.poll(&mut events, Some(wait)).is_err() {
-            continue;
+        let progress = {
+            let totals = totals.clone();
+            let args = args.clone();
+            tokio::task::spawn_local(async move {
+                let mut last = (0u64, 0u64);
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let mut t = totals.borrow_mut();
+                    let mut second = std::mem::take(&mut t.second_rtts_us);
+                    second.sort_unstable();
+                    let p99 = if second.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" p99 {:.1} ms", percentile(&second, 0.99))
+                    };
+                    let lag = std::mem::take(&mut t.second_lag_us) as f64 / 1000.0;
+                    println!(
+                        "  {:>5.1}s connected {}/{} failed {} | out {}/s in {}/s{p99}, own timers late by up to {lag:.1} ms",
+                        start.elapsed().as_secs_f64(),
+                        t.connected - t.disconnected.min(t.connected),
+                        args.connections,
+                        t.failed,
+                        t.sent - last.0,
+                        t.received - last.1
+                    );
+                    last = (t.sent, t.received);
+                }
+            })
+        };
+        for h in handles {
+            let _ = h.await;
         }
-        for event in &events {
-            if let Some(Some(p)) = players.get_mut(event.token().0) {
-                run_player(p, &mut sh, &mut timers, true);
-            }
-        }
-        let now = Instant::now();
-        while let Some(&Reverse((deadline, id))) = timers.peek() {
-            if deadline > now {
-                break;
-            }
-            timers.pop();
-            let Some(Some(p)) = players.get_mut(id) else {
-                continue;
-            };
-            // An entry the player re-armed since is stale.
-            if p.armed != Some(deadline) {
-                continue;
-            }
-            lag_us = lag_us.max(now.saturating_duration_since(deadline).as_micros() as u64);
-            p.armed = None;
-            run_player(p, &mut sh, &mut timers, false);
-        }
-        if now >= next_progress {
-            next_progress += Duration::from_secs(1);
-            let t = &mut sh.totals;
-            let mut second = std::mem::take(&mut t.second_rtts_us);
-            second.sort_unstable();
-            let p99 = if second.is_empty() {
-                String::new()
-            } else {
-                format!(" p99 {:.1} ms", percentile(&second, 0.99))
-            };
-            let lag = std::mem::take(&mut lag_us) as f64 / 1000.0;
-            println!(
-                "  {:>5.1}s connected {}/{} failed {} | out {}/s in {}/s{p99}, own timers late by up to {lag:.1} ms",
-                start.elapsed().as_secs_f64(),
-                t.connected - t.disconnected.min(t.connected),
-                sh.args.connections,
-                t.failed,
-                t.sent - last.0,
-                t.received - last.1
-            );
-            last = (t.sent, t.received);
-        }
-    }
-    let args = &sh.args;
-    let mut t = std::mem::take(&mut sh.totals);
+        progress.abort();
+    });
+    let mut t = totals.take();
     t.rtts_us.sort_unstable();
     let secs = args.duration.as_secs_f64();
     println!("summary:");
