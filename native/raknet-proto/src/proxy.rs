@@ -689,10 +689,10 @@ impl ProxyLayer {
 
     /// Where a datagram for `client` goes at `now_ms`.
     pub fn outbound(&mut self, now_ms: u64, client: SocketAddr) -> Outbound<'_> {
-        let fresh = match self.routes.get(&client) {
-            Some(route) => Some(self.fresh(route.last_ms, now_ms)),
-            None => None,
-        };
+        let fresh = self
+            .routes
+            .get(&client)
+            .map(|route| self.fresh(route.last_ms, now_ms));
         match fresh {
             Some(true) => {
                 let route = &self.routes[&client];
