@@ -33,7 +33,7 @@ defmodule RakNet.ProxyTest do
     @mode mode
     test "#{mode}: clients behind the proxy are known by their real addresses, each with its own per-IP limits" do
       {server, port} = start(@mode)
-      count = if @mode == :v2_first, do: 100, else: 20
+      count = 100
 
       # A client straight to the server, beside them. (First: a socket of this node that
       # spoke as the proxy is a proxy flow for the server, for a while after.)
