@@ -13,6 +13,7 @@
 //!    rounds are what a 16 MiB message at 20 ms RTT mostly is).
 //! 3. 256 MiB as 1 MiB RELIABLE_ORDERED messages with BBR, same link: the steady state, where
 //!    slow start no longer dominates (MB/s over the whole transfer and over its second half).
+//!    `ENGINE_DEBUG=1` prints both sides' counters at the end of each.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -326,6 +327,10 @@ fn steady(loss: f64) {
             p.now - start_virtual < Duration::from_secs(600),
             "transfer took over 600 s virtual"
         );
+    }
+    if std::env::var_os("ENGINE_DEBUG").is_some() {
+        eprintln!("client {:?}", p.client.connection_stats(c));
+        eprintln!("server {:?}", p.server.stats());
     }
     let total = (p.now - start_virtual).as_secs_f64();
     let second_half = (p.now - half.unwrap_or(start_virtual)).as_secs_f64();
