@@ -47,6 +47,43 @@ defmodule RakNet.BroadcastTest do
     assert length(Mailbox.echoes(1_000)) == n - 2
   end
 
+  # Group.broadcast keeps the last group's members and handles in the calling process: a
+  # change of membership must reach the next broadcast.
+  test "a group broadcast follows joins, leaves and closes between broadcasts" do
+    {server, port} = start_server(EchoClient)
+    conns = for _ <- 1..4, do: elem(RakNet.connect("127.0.0.1", port), 1)
+    for _ <- 1..4, do: assert_receive({:client_new, _}, 5_000)
+    [pa, pb, pc, pd] = Enum.map(conns, &lookup_pid(server, &1))
+    [a, b, c, d] = conns
+    group = {:zone, make_ref()}
+    :ok = RakNet.Group.join([pa, pb, pc], group)
+
+    echoed = fn -> RakNet.Test.Mailbox.echoes(300) |> Enum.map(&elem(&1, 0)) |> Enum.sort() end
+
+    assert {:ok, 2} =
+             RakNet.Group.broadcast(group, :reliable_ordered, <<0x86, "1">>, except: [pa])
+
+    assert echoed.() == Enum.sort([b, c])
+
+    :ok = RakNet.Group.join(pd, group)
+
+    assert {:ok, 3} =
+             RakNet.Group.broadcast(group, :reliable_ordered, <<0x86, "2">>, except: [pa])
+
+    assert echoed.() == Enum.sort([b, c, d])
+
+    :ok = RakNet.Group.leave(pb, group)
+    assert {:ok, 3} = RakNet.Group.broadcast(group, :reliable_ordered, <<0x86, "3">>)
+    assert echoed.() == Enum.sort([a, c, d])
+
+    # A member that closes leaves the group; meanwhile its handle is skipped as closed.
+    ref = Process.monitor(pc)
+    :ok = Connection.close(c)
+    assert_receive {:DOWN, ^ref, _, _, _}, 5_000
+    assert {:ok, 2} = RakNet.Group.broadcast(group, :reliable_ordered, <<0x86, "4">>)
+    assert echoed.() == Enum.sort([a, d])
+  end
+
   test "RakNet.broadcast/4 takes pids and handles, skips the closed, checks its arguments" do
     {server, port} = start_server(EchoClient)
     {:ok, a} = RakNet.connect("127.0.0.1", port)
