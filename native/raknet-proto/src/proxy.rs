@@ -150,10 +150,9 @@ pub fn parse_v2(data: &[u8]) -> Result<Header, HeaderError> {
                 return Err(HeaderError::Length);
             };
             let ip = |at: usize| IpAddr::V4(Ipv4Addr::new(a[at], a[at + 1], a[at + 2], a[at + 3]));
-            let port = |at: usize| u16::from_be_bytes([a[at], a[at + 1]]);
             let pair = (
-                SocketAddr::new(ip(0), port(8)),
-                SocketAddr::new(ip(4), port(10)),
+                SocketAddr::new(ip(0), port_at(a, 8)),
+                SocketAddr::new(ip(4), port_at(a, 10)),
             );
             (Some(pair), rest)
         }
@@ -161,15 +160,9 @@ pub fn parse_v2(data: &[u8]) -> Result<Header, HeaderError> {
             let Some((a, rest)) = body.split_first_chunk::<36>() else {
                 return Err(HeaderError::Length);
             };
-            let ip = |at: usize| {
-                let mut octets = [0u8; 16];
-                octets.copy_from_slice(&a[at..at + 16]);
-                IpAddr::V6(Ipv6Addr::from(octets))
-            };
-            let port = |at: usize| u16::from_be_bytes([a[at], a[at + 1]]);
             let pair = (
-                SocketAddr::new(ip(0), port(32)),
-                SocketAddr::new(ip(16), port(34)),
+                SocketAddr::new(ipv6_at(a, 0), port_at(a, 32)),
+                SocketAddr::new(ipv6_at(a, 16), port_at(a, 34)),
             );
             (Some(pair), rest)
         }
@@ -217,14 +210,8 @@ pub fn parse_spp(data: &[u8]) -> Result<Header, HeaderError> {
     let Some(h) = data.first_chunk::<SPP_LEN>() else {
         return Err(HeaderError::Truncated);
     };
-    let ip = |at: usize| {
-        let mut octets = [0u8; 16];
-        octets.copy_from_slice(&h[at..at + 16]);
-        IpAddr::V6(Ipv6Addr::from(octets))
-    };
-    let port = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
-    let source = addr::unmap(SocketAddr::new(ip(2), port(34)));
-    let destination = addr::unmap(SocketAddr::new(ip(18), port(36)));
+    let source = addr::unmap(SocketAddr::new(ipv6_at(h, 2), port_at(h, 34)));
+    let destination = addr::unmap(SocketAddr::new(ipv6_at(h, 18), port_at(h, 36)));
     if !usable(source) {
         return Err(HeaderError::Address);
     }
@@ -233,6 +220,18 @@ pub fn parse_spp(data: &[u8]) -> Result<Header, HeaderError> {
         destination: Some(destination),
         len: SPP_LEN,
     })
+}
+
+/// The IPv6 address in the 16 bytes of `b` from `at` (the caller checked the length).
+fn ipv6_at(b: &[u8], at: usize) -> IpAddr {
+    let mut octets = [0u8; 16];
+    octets.copy_from_slice(&b[at..at + 16]);
+    IpAddr::V6(Ipv6Addr::from(octets))
+}
+
+/// The big-endian port in the 2 bytes of `b` from `at` (the caller checked the length).
+fn port_at(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
 }
 
 /// Whether a client can send from `a`.

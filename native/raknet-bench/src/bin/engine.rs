@@ -201,6 +201,20 @@ fn small_messages() {
     );
 }
 
+/// Queue one reliable_ordered message of `size` bytes (0x86 then zeros) on the client.
+fn send_message(p: &mut Pair, c: ConnId, size: usize) {
+    let mut data = vec![0u8; size];
+    data[0] = 0x86;
+    p.client
+        .send(
+            p.now,
+            c,
+            Bytes::from(data),
+            SendOptions::new(Reliability::ReliableOrdered),
+        )
+        .unwrap();
+}
+
 fn bulk(loss: f64, congestion: CongestionControl) {
     const SIZE: usize = 16 << 20;
     let limits = Limits {
@@ -235,18 +249,9 @@ fn bulk(loss: f64, congestion: CongestionControl) {
             .client
             .connection_info(c)
             .map_or(1492, |i| usize::from(i.mtu));
-        let mut data = vec![0u8; SIZE];
-        data[0] = 0x86;
         let start_virtual = p.now;
         let start = Instant::now();
-        p.client
-            .send(
-                p.now,
-                c,
-                Bytes::from(data),
-                SendOptions::new(Reliability::ReliableOrdered),
-            )
-            .unwrap();
+        send_message(&mut p, c, SIZE);
         while p.delivered == 0 {
             assert!(p.step(), "transfer stalled");
             assert!(
@@ -307,16 +312,7 @@ fn steady(loss: f64) {
     let mut half = None;
     while p.delivered < COUNT {
         while queued < COUNT && queued < p.delivered + 8 {
-            let mut data = vec![0u8; MESSAGE];
-            data[0] = 0x86;
-            p.client
-                .send(
-                    p.now,
-                    c,
-                    Bytes::from(data),
-                    SendOptions::new(Reliability::ReliableOrdered),
-                )
-                .unwrap();
+            send_message(&mut p, c, MESSAGE);
             queued += 1;
         }
         if half.is_none() && p.delivered >= COUNT / 2 {
