@@ -59,7 +59,9 @@ defmodule RakNet.Group do
   @doc """
   Sends `message` to every connection in `group`, wherever it is: `RakNet.broadcast/4` over
   `members/1` (options `:channel`, `:priority`, and `:except`, connection pids left out,
-  such as the sender's own).
+  such as the sender's own). The calling process remembers the last group it broadcast to,
+  with its members' handles, for as long as the membership stays the same: a player's
+  process broadcasting to its zone every tick does not look its members up each time.
 
       {:ok, _} = RakNet.Group.broadcast({:zone, 3}, :reliable_ordered, chat, except: [speaker])
   """
@@ -69,11 +71,13 @@ defmodule RakNet.Group do
     {except, opts} =
       if Keyword.keyword?(opts), do: Keyword.pop(opts, :except, []), else: {[], opts}
 
+    # As `members -- skip`: one copy per listed pid (a connection that joined twice and is
+    # listed once still gets one).
     targets =
-      case List.wrap(except) do
-        [] -> targets(group)
-        skip -> for {pid, target} <- pairs(group), pid not in skip, do: target
-      end
+      except
+      |> List.wrap()
+      |> Enum.reduce(pairs(group), &List.keydelete(&2, &1, 0))
+      |> Enum.map(fn {_pid, target} -> target end)
 
     RakNet.broadcast(targets, reliability, message, opts)
   end
@@ -84,7 +88,6 @@ defmodule RakNet.Group do
   # handles, and uses them again while the membership is the same list: a player's process
   # broadcasting to its zone ten times a second does one comparison instead of 49 lookups.
   # A member that closed since keeps its handle, which the runtime skips as closed.
-  defp targets(group), do: for({_pid, target} <- pairs(group), do: target)
 
   defp pairs(group) do
     members = members(group)

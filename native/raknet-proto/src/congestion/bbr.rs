@@ -34,11 +34,12 @@ const HEAVY_LOSS: f64 = 0.2;
 const HEAVY_LOSS_DATAGRAMS: usize = 4;
 /// Consecutive heavily lossy rounds before the controller reacts.
 const HEAVY_LOSS_ROUNDS: u32 = 2;
-/// The most one reaction to heavy loss cuts the bandwidth estimate by (BBRv2's beta): it
-/// restarts from what the last round delivered, but not below this share of the estimate.
-/// A round cut short by a retransmission timeout delivers next to nothing: 256 MiB at 5 %
-/// random loss fell from 241 to 2.4 MB/s of estimate on such a round and took 150 rounds to
-/// climb back (33 MB/s over the transfer's second half).
+/// The most one reaction to heavy loss cuts the bandwidth estimate by (BBRv2's beta) when
+/// the last round was cut short by a retransmission timeout: such a round delivers next to
+/// nothing, and restarting from it (256 MiB at 5 % random loss fell from 241 to 2.4 MB/s of
+/// estimate) took 150 rounds to climb back (33 MB/s over the transfer's second half). After
+/// a round without a timeout the estimate restarts from what it delivered, however low: a
+/// path that lost capacity (a shallow buffer, a policer) is followed at once.
 const HEAVY_LOSS_DECREASE: f64 = 0.7;
 /// Datagrams each flow aims to keep in the bottleneck queue ([`delay_rule_rate`]).
 const QUEUE_TARGET_DATAGRAMS: usize = 1;
@@ -224,7 +225,7 @@ fn delay_rule_rate(
 /// than 20 % of a round's bytes were lost, with at least four
 /// datagrams, in two consecutive rounds, startup ends, and in ProbeBW the
 /// bandwidth estimate is restarted from what the last round actually delivered (a 0.7x cut
-/// at most per reaction: a round cut short by a retransmission timeout delivers next to
+/// at most when a retransmission timeout cut that round short: it delivered next to
 /// nothing) and a draining phase begins. Random loss of a few percent essentially never meets that (at 5 % loss a
 /// round of 20 datagrams loses 5 or more with probability 0.3 %, twice in a row 10⁻⁵).
 ///
@@ -318,6 +319,8 @@ pub struct Bbr {
     aggregation_bytes: u64,
     /// A retransmission timeout happened and nothing was acknowledged since.
     timed_out: bool,
+    /// A retransmission timeout fired during this round (for the heavy-loss rule).
+    round_timed_out: bool,
     /// Picks ProbeBW's first phase (flows that start together should not probe in step).
     seed: u64,
     /// The queueing delay of each of the last [`COMPETING_ROUNDS`] rounds in ProbeBW.
@@ -384,6 +387,7 @@ impl Bbr {
             aggregation_start: None,
             aggregation_bytes: 0,
             timed_out: false,
+            round_timed_out: false,
             seed,
             recent_queues: VecDeque::new(),
             competing_window: None,
@@ -513,10 +517,15 @@ impl Bbr {
                 Mode::Startup => self.filled_pipe = true,
                 Mode::ProbeBw | Mode::Drain => {
                     // The estimate is more than the path delivers: start again from what it
-                    // did deliver last round (at most a 0.7x cut: persistent heavy loss cuts
-                    // again two rounds later), and drain the queue that built up.
+                    // did deliver last round (at most a 0.7x cut after a round a timeout cut
+                    // short: persistent heavy loss cuts again two rounds later), and drain
+                    // the queue that built up.
                     if self.round_max_rate > 0.0 {
-                        let floor = self.btlbw.get() * HEAVY_LOSS_DECREASE;
+                        let floor = if self.round_timed_out {
+                            self.btlbw.get() * HEAVY_LOSS_DECREASE
+                        } else {
+                            0.0
+                        };
                         self.btlbw.reset(self.round, self.round_max_rate.max(floor));
                     }
                     if self.mode == Mode::ProbeBw {
@@ -534,6 +543,7 @@ impl Bbr {
         self.round_start = Some((now, self.delivered));
         self.round_lost_bytes = 0;
         self.round_lost_datagrams = 0;
+        self.round_timed_out = false;
         self.round_delivered_bytes = 0;
         self.round_max_rate = 0.0;
         self.round_min_rtt = None;
@@ -818,6 +828,7 @@ impl Controller for Bbr {
     fn on_congestion_event(&mut self, _seq: DatagramSeq, event: CongestionEvent) {
         if event == CongestionEvent::Timeout {
             self.timed_out = true;
+            self.round_timed_out = true;
             if let Some(window) = self.competing_window.as_mut() {
                 self.competing_slow_start = false;
                 *window = self.mtu * MIN_WINDOW_DATAGRAMS;
