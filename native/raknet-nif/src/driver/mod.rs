@@ -501,9 +501,9 @@ impl Driver {
                 let ms = |left: &Option<Duration>| left.map(|d| d.as_millis() as u64);
                 let saved = env.save(env.run(|env| {
                     // A network's ban as its text, a GUID's as `{:guid, guid}`.
-                    let networks = bans
-                        .iter()
-                        .map(|(ip, len, left)| (crate::ban_text(*ip, *len), ms(left)).encode(env));
+                    let networks = bans.iter().map(|(ip, len, left)| {
+                        (crate::bans::ban_text(*ip, *len), ms(left)).encode(env)
+                    });
                     let guids = guids
                         .iter()
                         .map(|(guid, left)| ((atoms::guid(), *guid), ms(left)).encode(env));
