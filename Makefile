@@ -118,7 +118,7 @@ attack: build
 FUZZ_SECONDS ?= 60
 # `make test` builds every fuzz target (with the sanitizers) and runs each this long.
 FUZZ_SMOKE_SECONDS ?= 3
-FUZZ_TARGETS := datagram frame ack offline connected_message address proxy_header endpoint
+FUZZ_TARGETS := datagram frame ack offline connected_message address proxy_header endpoint nethernet_signaling nethernet_framing
 
 # cargo-fuzz needs nightly-only sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain
 # (the only one this machine can have) accept them.

@@ -10,6 +10,8 @@
 //! (`Mojang/bedrock-protocol-docs`).
 
 pub mod framing;
+pub mod fuzzing;
+#[cfg(feature = "host")]
 pub mod host;
 pub mod identity;
 pub mod sdp;
