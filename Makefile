@@ -11,7 +11,7 @@
 #                 server on a free loopback port: one table of traffic, amplification, what legitimate
 #                 clients saw, server CPU and RSS (ATTACK_ARGS passes options to raknet-attack)
 #   make fuzz     run every cargo-fuzz target for FUZZ_SECONDS each (default 60)
-#   make venv     Python venv with official RakNet (PyPI `raknet`), for interop tests
+#   make venv     Python venv with official RakNet (PyPI `raknet`) and aiortc, for interop tests
 #   make npm      third-party RakNet clients from npm (jsp-raknet) in _build/npm, for interop tests
 #   make rust-peers  third-party RakNet clients from crates.io (rust-raknet, rak-rs) built in
 #                 _build/rust-peers, for interop tests
@@ -31,6 +31,8 @@ MIX := mix
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 PY_RAKNET := raknet==0.3.0
+# An independent WebRTC stack playing the Minecraft client over NetherNet (interop tests).
+PY_AIORTC := aiortc==1.16.0
 VENV := .venv
 NPM_PEERS := jsp-raknet@2.2.0
 NPM_DIR := _build/npm
@@ -133,7 +135,7 @@ fuzz: deps
 	done
 
 venv:
-	@if ! $(VENV)/bin/python -c 'import raknet' >/dev/null 2>&1; then \
+	@if ! $(VENV)/bin/python -c 'import raknet, aiortc' >/dev/null 2>&1; then \
 		if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then \
 			echo "==> installing python3-venv from apt"; \
 			$(SUDO) apt-get update && \
@@ -141,8 +143,8 @@ venv:
 		fi; \
 		rm -rf $(VENV); \
 		python3 -m venv $(VENV); \
-		$(VENV)/bin/pip install --quiet $(PY_RAKNET); \
-		$(VENV)/bin/python -c 'import raknet'; \
+		$(VENV)/bin/pip install --quiet $(PY_RAKNET) $(PY_AIORTC); \
+		$(VENV)/bin/python -c 'import raknet, aiortc'; \
 	fi
 
 npm:

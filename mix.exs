@@ -84,7 +84,8 @@ defmodule RakNet.MixProject do
   end
 
   def application do
-    [extra_applications: [:logger, :crypto], mod: {RakNet.Application, []}]
+    # :ssl for NetherNet signaling over HTTPS (`:nethernet` option `:tls`).
+    [extra_applications: [:logger, :crypto, :ssl], mod: {RakNet.Application, []}]
   end
 
   # bench/support (the soak run shared by `make soak` and its short variant in `mix test`, and

@@ -111,6 +111,28 @@ defmodule RakNet.Native do
     do: endpoint_connect(endpoint, host, port, owner, %{})
 
   @doc false
+  # Answer a NetherNet offer on the endpoint hosting the server's sessions; the answer comes
+  # as {:raknet_nethernet_answer, tag, {:ok, sdp} | {:error, reason}} to `reply_to`.
+  @spec endpoint_nethernet_offer(
+          reference(),
+          binary(),
+          String.t() | nil,
+          pid(),
+          non_neg_integer()
+        ) ::
+          :ok | {:error, atom()}
+  def endpoint_nethernet_offer(_endpoint, _sdp, _candidate, _reply_to, _tag),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec nethernet_generate_key() :: binary()
+  def nethernet_generate_key, do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec nethernet_key_jwk(binary()) :: {:ok, String.t()} | {:error, :invalid_key}
+  def nethernet_key_jwk(_pem), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec endpoint_send_raw(reference(), binary(), :inet.port_number(), binary(), boolean()) ::
           :ok | {:error, atom()}
   def endpoint_send_raw(_endpoint, _host, _port, _data, _proven),

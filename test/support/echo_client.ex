@@ -291,3 +291,38 @@ defmodule RakNet.Test.AssignClient do
     {:noreply, test}
   end
 end
+
+defmodule RakNet.Test.ChannelEcho do
+  @moduledoc """
+  Echoes each message: `"ping"` (type `?p`, what the NetherNet client sends on its
+  unreliable channel) back unreliable, the rest reliable-ordered; tells the test process of
+  each connection and its info.
+  """
+  defstruct connection: nil, test: nil
+end
+
+defimpl RakNet.Client, for: RakNet.Test.ChannelEcho do
+  def new(client, connection, test) do
+    send(test, {:client_new, connection, RakNet.Connection.info(connection)})
+    %{client | connection: connection, test: test}
+  end
+
+  def receive(client, ?p, "ing", _transit) do
+    {:ok, _} = RakNet.Connection.send(client.connection, :unreliable, "ping")
+    client
+  end
+
+  def receive(client, type, buffer, _transit) do
+    send(client.test, {:client_received, client.connection, type, byte_size(buffer)})
+
+    case RakNet.Connection.send(client.connection, :reliable_ordered, <<type, buffer::binary>>) do
+      {:ok, _} -> :ok
+      {:error, :closed} -> :ok
+    end
+
+    client
+  end
+
+  def got_ack(client, _receipt), do: client
+  def disconnect(client), do: send(client.test, {:client_disconnect, client.connection})
+end

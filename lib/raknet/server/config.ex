@@ -248,6 +248,9 @@ defmodule RakNet.Server.Config do
       token). Exclusive with `:query`. Default `nil`.
     * `:raw_prefixes` - the first bytes of the datagrams `:raw_handler` is offered. Default
       `[<<0xFE, 0xFD>>]`.
+    * `:nethernet` - also serve NetherNet (Bedrock's WebRTC transport) on the IPv4 UDP port,
+      with HTTP signaling on a TCP port: a keyword list, see `RakNet.NetherNet.Options`.
+      Sessions reach the same handler; `info/1` says `transport: :nethernet`. Default `nil`.
   """
   @type option ::
           {:name, GenServer.name()}
@@ -295,6 +298,7 @@ defmodule RakNet.Server.Config do
           | {:query, boolean() | map()}
           | {:raw_handler, {module(), term()} | nil}
           | {:raw_prefixes, [binary(), ...]}
+          | {:nethernet, keyword() | nil}
           | {:inline_sends, boolean()}
           | {:bans, [RakNet.Server.ban_target()]}
           | {:send_delay_ms, 0..1000}
@@ -352,6 +356,7 @@ defmodule RakNet.Server.Config do
             query: false,
             raw_handler: nil,
             raw_prefixes: [<<0xFE, 0xFD>>],
+            nethernet: nil,
             bans: [],
             send_delay_ms: nil,
             accept: nil,
@@ -691,6 +696,9 @@ defmodule RakNet.Server.Config do
       end
     end)
   end
+
+  defp validate(:nethernet, nil), do: nil
+  defp validate(:nethernet, opts), do: RakNet.NetherNet.Options.new(opts)
 
   defp validate(:proxy_protocol, nil), do: nil
 

@@ -49,7 +49,12 @@ defmodule RakNet.Server.Listener do
     # per-IP count and one pair of memory budgets for the whole server.
     group = :erlang.unique_integer([:positive])
 
-    case open(config, families, group, []) do
+    # NetherNet rides the first family's socket (IPv4 unless only IPv6 is open).
+    nethernet =
+      if config.nethernet,
+        do: RakNet.NetherNet.Options.to_native(config.nethernet, load_key(config.nethernet))
+
+    case open(config, families, group, [], nethernet) do
       {:ok, endpoints} ->
         schedule_telemetry(config)
         RakNet.Connection.Registry.register_server(supervisor)
@@ -68,7 +73,7 @@ defmodule RakNet.Server.Listener do
           raw: nil
         }
 
-        state = start_raw(state)
+        state = state |> start_raw() |> start_signaling()
 
         {:ok, reapply(state, overrides)}
 
@@ -212,16 +217,21 @@ defmodule RakNet.Server.Listener do
 
   defp ignored_reason(_option), do: "X-Plane's library does not use it either"
 
-  defp open(_config, [], _group, acc), do: {:ok, acc}
+  defp open(_config, [], _group, acc, _nethernet), do: {:ok, acc}
 
   # Each family's port is served by endpoints, one per thread.
-  defp open(config, [family | rest], group, acc) do
+  defp open(config, [family | rest], group, acc, nethernet) do
     threads = Config.endpoint_threads(config)
-    opts = config |> Config.to_native(family) |> Map.put(:server_group, group)
+
+    opts =
+      config
+      |> Config.to_native(family)
+      |> Map.put(:server_group, group)
+      |> Map.put(:nethernet, nethernet)
 
     case Native.endpoint_start_group(opts, self(), threads) do
       {:ok, endpoints} ->
-        open(config, rest, group, acc ++ Enum.map(endpoints, &{family, &1}))
+        open(config, rest, group, acc ++ Enum.map(endpoints, &{family, &1}), nil)
 
       {:error, reason} ->
         Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint, 0) end)
@@ -239,7 +249,8 @@ defmodule RakNet.Server.Listener do
       ipv4_port: port.(:inet),
       ipv6_port: port.(:inet6),
       connections: count,
-      endpoints: Enum.map(infos, &elem(&1, 1))
+      endpoints: Enum.map(infos, &elem(&1, 1)),
+      nethernet_port: state[:signaling] && RakNet.NetherNet.Signaling.port(state.signaling)
     }
 
     {:reply, info, state}
@@ -393,6 +404,32 @@ defmodule RakNet.Server.Listener do
 
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
   def handle_info(_other, state), do: {:noreply, state}
+
+  defp load_key(options) do
+    RakNet.NetherNet.Options.load_key!(options)
+  rescue
+    e in [ArgumentError, File.Error] ->
+      reraise ArgumentError, [message: "NetherNet: " <> Exception.message(e)], __STACKTRACE__
+  end
+
+  # Signaling for the endpoint hosting the NetherNet sessions (the group's first), linked:
+  # it stops with the listener, and takes it down if it fails.
+  defp start_signaling(%{config: %Config{nethernet: nil}} = state), do: state
+
+  defp start_signaling(%{config: config} = state) do
+    [{family, endpoint} | _] = state.endpoints
+    %{port: udp_port} = endpoint_info(endpoint)
+    bind_ip = if family == :inet, do: config.ip, else: config.ipv6_ip
+    connections = state.connections
+    count = fn -> DynamicSupervisor.count_children(connections).active end
+
+    args = {config.nethernet, endpoint, udp_port, bind_ip, count, config.max_connections}
+
+    case RakNet.NetherNet.Signaling.start_link(args) do
+      {:ok, pid} -> Map.put(state, :signaling, pid)
+      {:error, reason} -> exit(reason)
+    end
+  end
 
   defp query_info(%Config{query: info}) when is_map(info), do: info
   defp query_info(_config), do: %{}

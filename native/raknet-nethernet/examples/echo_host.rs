@@ -54,7 +54,7 @@ fn main() -> std::io::Result<()> {
         let now = Instant::now();
         while let Ok((offer, reply)) = offer_rx.try_recv() {
             let answer = host
-                .accept_offer(now, unix_now(), &offer)
+                .accept_offer(now, unix_now(), &offer, &[])
                 .map(|(_, answer)| answer)
                 .map_err(|e| e.to_string());
             let _ = reply.send(answer);
@@ -71,7 +71,7 @@ fn main() -> std::io::Result<()> {
         if let Ok((len, from)) = socket.recv_from(&mut buf) {
             let data = &buf[..len];
             if classify(data) != Kind::Other {
-                host.handle(Instant::now(), from, local, data);
+                host.handle(Instant::now(), from, data);
             }
         }
         flush(&mut host, &socket);

@@ -79,7 +79,8 @@ pub enum ClientAuth {
 /// A host's settings.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
-    /// The addresses answers name as candidates (the socket's; a public one behind NAT).
+    /// The addresses answers name as candidates when [`Host::accept_offer`] is given none
+    /// (the socket's; a public one behind NAT).
     pub candidates: Vec<SocketAddr>,
     /// Sessions at most, negotiating and open together.
     pub max_sessions: usize,
@@ -228,6 +229,9 @@ struct Session {
     /// Set once `Connected` was reported.
     open_addr: Option<SocketAddr>,
     addrs: Vec<SocketAddr>,
+    /// The addresses the answer named: a datagram from the peer was sent to the one of its
+    /// family (what ICE pairs it with, whatever the socket reports).
+    candidates: Vec<SocketAddr>,
     created: Instant,
     last_rx: Instant,
     /// The deadline queued in the host's timer heap.
@@ -320,14 +324,20 @@ impl Host {
     }
 
     /// Answer an offer (the body of `POST /v1/join/{id}`). `now_unix` dates the server's
-    /// token and checks the client's.
+    /// token and checks the client's. `candidates`: the addresses the answer names (e.g. the
+    /// one the client reached signaling at, with the UDP port); none: the configured ones.
     pub fn accept_offer(
         &mut self,
         now: Instant,
         now_unix: u64,
         offer: &str,
+        candidates: &[SocketAddr],
     ) -> Result<(SessionId, String), OfferError> {
-        let result = self.answer(now, now_unix, offer);
+        let candidates = match candidates {
+            [] => self.config.candidates.clone(),
+            given => given.to_vec(),
+        };
+        let result = self.answer(now, now_unix, offer, candidates);
         match &result {
             Ok(_) => self.stats.offers_answered += 1,
             Err(_) => self.stats.offers_refused += 1,
@@ -340,7 +350,11 @@ impl Host {
         now: Instant,
         now_unix: u64,
         text: &str,
+        candidates: Vec<SocketAddr>,
     ) -> Result<(SessionId, String), OfferError> {
+        if candidates.is_empty() {
+            return Err(OfferError::Rejected("no candidate address to offer".into()));
+        }
         if self.sessions.len() >= self.config.max_sessions {
             return Err(OfferError::Full);
         }
@@ -355,7 +369,7 @@ impl Host {
             .clone()
             .set_local_ice_credentials(creds.clone())
             .build(now);
-        for &addr in &self.config.candidates {
+        for &addr in &candidates {
             if let Ok(candidate) = Candidate::host(addr, "udp") {
                 rtc.add_local_candidate(candidate);
             }
@@ -385,6 +399,7 @@ impl Host {
                 reassembler: Reassembler::new(self.config.max_message),
                 open_addr: None,
                 addrs: Vec::new(),
+                candidates,
                 created: now,
                 last_rx: now,
                 timeout: now,
@@ -434,15 +449,9 @@ impl Host {
         }
     }
 
-    /// Take a datagram [`classify`] called [`Kind::Stun`] or [`Kind::Dtls`], received on the
-    /// local address `local`. Returns whether a session took it (others are counted).
-    pub fn handle(
-        &mut self,
-        now: Instant,
-        from: SocketAddr,
-        local: SocketAddr,
-        data: &[u8],
-    ) -> bool {
+    /// Take a datagram [`classify`] called [`Kind::Stun`] or [`Kind::Dtls`]. Returns whether
+    /// a session took it (others are counted).
+    pub fn handle(&mut self, now: Instant, from: SocketAddr, data: &[u8]) -> bool {
         let id = match classify(data) {
             Kind::Stun => stun_local_ufrag(data).and_then(|u| self.by_ufrag.get(u).copied()),
             Kind::Dtls => self.by_addr.get(&from).copied(),
@@ -452,11 +461,18 @@ impl Host {
             self.stats.datagrams_unmatched += 1;
             return false;
         };
-        let Ok(receive) = Receive::new(Protocol::Udp, from, local, data) else {
-            self.stats.datagrams_unmatched += 1;
+        let Some(session) = self.sessions.get_mut(&id) else {
             return false;
         };
-        let Some(session) = self.sessions.get_mut(&id) else {
+        let local = session
+            .candidates
+            .iter()
+            .find(|c| c.is_ipv4() == from.is_ipv4())
+            .or(session.candidates.first())
+            .copied();
+        let Some(Ok(receive)) = local.map(|local| Receive::new(Protocol::Udp, from, local, data))
+        else {
+            self.stats.datagrams_unmatched += 1;
             return false;
         };
         session.last_rx = now;

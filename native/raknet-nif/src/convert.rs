@@ -41,6 +41,8 @@ pub(crate) struct EndpointOptions {
     pub(crate) send_full_fault: bool,
     pub(crate) config: EndpointConfig,
     pub(crate) budget: crate::resource::DeliveryBudget,
+    /// NetherNet beside RakNet on this socket (a server's first group only).
+    pub(crate) nethernet: Option<NetherNetOptions>,
 }
 
 fn get<'a, T: rustler::Decoder<'a>>(map: Term<'a>, key: &'static str) -> Result<T, &'static str> {
@@ -175,6 +177,57 @@ fn proxy_protocol(map: Term<'_>) -> Result<Option<ProxyConfig>, &'static str> {
     config.required = opt(p, "required")?.unwrap_or(config.required);
     config.max_flows = opt(p, "max_flows")?.unwrap_or(config.max_flows);
     Ok(Some(config))
+}
+
+/// What the `nethernet` key asks for: the host's settings and the operator key.
+pub(crate) struct NetherNetOptions {
+    pub(crate) config: raknet_nethernet::host::HostConfig,
+    pub(crate) key: raknet_nethernet::identity::OperatorKey,
+}
+
+/// The optional `nethernet` key: `%{key_pem: binary, domain: string, client_auth: :open |
+/// {:jwks, json}, max_sessions, max_negotiating, negotiation_timeout_ms, idle_timeout_ms}`
+/// (all but `key_pem` optional). NetherNet sessions then share the socket with RakNet.
+fn nethernet(map: Term<'_>) -> Result<Option<NetherNetOptions>, &'static str> {
+    use raknet_nethernet::host::{ClientAuth, HostConfig};
+    use raknet_nethernet::identity::{OperatorKey, PublicKey, Trust};
+    const KEY: &str = "nethernet";
+    let Some(n) = opt::<Term<'_>>(map, KEY)? else {
+        return Ok(None);
+    };
+    let pem: rustler::Binary<'_> = get(n, "key_pem").map_err(|_| KEY)?;
+    let pem = std::str::from_utf8(pem.as_slice()).map_err(|_| KEY)?;
+    let key = OperatorKey::from_pem(pem).map_err(|_| KEY)?;
+    let d = HostConfig::default();
+    let client_auth = match opt::<Term<'_>>(n, "client_auth")? {
+        None => d.client_auth,
+        Some(t) if t.decode::<Atom>().is_ok_and(|a| a == atoms::open()) => ClientAuth::Open,
+        Some(t) => {
+            let (tag, jwks): (Atom, String) = t.decode().map_err(|_| KEY)?;
+            if tag != atoms::jwks() {
+                return Err(KEY);
+            }
+            let keys = PublicKey::from_jwks(&jwks).map_err(|_| KEY)?;
+            if keys.is_empty() {
+                return Err(KEY);
+            }
+            ClientAuth::Required(Trust::Keys(keys))
+        }
+    };
+    let ms = |key: &'static str, default: Duration| -> Result<Duration, &'static str> {
+        Ok(opt::<u64>(n, key)?.map_or(default, |ms| Duration::from_millis(ms.max(100))))
+    };
+    let config = HostConfig {
+        candidates: Vec::new(),
+        max_sessions: opt(n, "max_sessions")?.unwrap_or(d.max_sessions),
+        max_negotiating: opt(n, "max_negotiating")?.unwrap_or(d.max_negotiating),
+        negotiation_timeout: ms("negotiation_timeout_ms", d.negotiation_timeout)?,
+        idle_timeout: ms("idle_timeout_ms", d.idle_timeout)?,
+        domain: opt(n, "domain")?.unwrap_or(d.domain),
+        client_auth,
+        ..d
+    };
+    Ok(Some(NetherNetOptions { config, key }))
 }
 
 /// The optional `send_proxy_header` key: `%{mode: ..., ip: "203.0.113.7", port: 5000}`.
@@ -329,6 +382,7 @@ pub(crate) fn endpoint_options(map: Term<'_>) -> Result<EndpointOptions, &'stati
         inline_sends: opt(map, "inline_sends")?.unwrap_or(true),
         server_group: opt(map, "server_group")?,
         send_full_fault: opt(map, "send_full_fault")?.unwrap_or(false),
+        nethernet: nethernet(map)?,
         config,
         budget: crate::resource::DeliveryBudget {
             messages: opt::<usize>(map, "max_pending_deliveries")?
@@ -539,6 +593,7 @@ pub(crate) fn connection_info<'a>(
         atoms::guid(),
         atoms::protocol(),
         atoms::mtu(),
+        atoms::transport(),
     ]
     .map(|a| a.encode(env));
     let values = [
@@ -546,8 +601,79 @@ pub(crate) fn connection_info<'a>(
         guid.encode(env),
         protocol.encode(env),
         mtu.encode(env),
+        atoms::raknet().encode(env),
     ];
     Term::map_from_arrays(env, &keys, &values).unwrap_or_else(|_| atoms::error().encode(env))
+}
+
+/// A NetherNet session's info: `%{address, transport: :nethernet, guid: nil, protocol: nil,
+/// mtu: nil, identity: nil | %{claims: map, verified: boolean}}`. `verified`: the token's
+/// signature matched a configured key (`client_auth: {:jwks, _}`); otherwise the claims are
+/// the client's word, its fingerprint signature checked against its own key only.
+pub(crate) fn nethernet_info<'a>(
+    env: Env<'a>,
+    addr: SocketAddr,
+    identity: Option<&raknet_nethernet::identity::Identity>,
+) -> Term<'a> {
+    let identity = match identity {
+        None => atoms::nil().encode(env),
+        Some(id) => {
+            let keys = [atoms::claims(), atoms::verified()].map(|a| a.encode(env));
+            let values = [
+                json(env, &serde_json::Value::Object(id.claims.clone())),
+                id.token_verified.encode(env),
+            ];
+            Term::map_from_arrays(env, &keys, &values)
+                .unwrap_or_else(|_| atoms::error().encode(env))
+        }
+    };
+    let nil = atoms::nil().encode(env);
+    let keys = [
+        atoms::address(),
+        atoms::guid(),
+        atoms::protocol(),
+        atoms::mtu(),
+        atoms::transport(),
+        atoms::identity(),
+    ]
+    .map(|a| a.encode(env));
+    let values = [
+        address(env, addr),
+        nil,
+        nil,
+        nil,
+        atoms::nethernet().encode(env),
+        identity,
+    ];
+    Term::map_from_arrays(env, &keys, &values).unwrap_or_else(|_| atoms::error().encode(env))
+}
+
+/// JSON as Elixir terms: objects as maps with binary keys, arrays as lists, strings as
+/// binaries, numbers, booleans, `nil`. Depth is bounded by the parser (serde_json: 128).
+fn json<'a>(env: Env<'a>, value: &serde_json::Value) -> Term<'a> {
+    use serde_json::Value;
+    match value {
+        Value::Null => atoms::nil().encode(env),
+        Value::Bool(b) => b.encode(env),
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.encode(env),
+            (_, Some(u), _) => u.encode(env),
+            (_, _, Some(f)) => f.encode(env),
+            _ => atoms::nil().encode(env),
+        },
+        Value::String(text) => text.encode(env),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| json(env, v))
+            .collect::<Vec<_>>()
+            .encode(env),
+        Value::Object(map) => {
+            let keys: Vec<Term<'a>> = map.keys().map(|k| k.encode(env)).collect();
+            let values: Vec<Term<'a>> = map.values().map(|v| json(env, v)).collect();
+            Term::map_from_arrays(env, &keys, &values)
+                .unwrap_or_else(|_| atoms::error().encode(env))
+        }
+    }
 }
 
 /// Why a connection ended, as the runtime reports it.

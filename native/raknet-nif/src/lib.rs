@@ -367,6 +367,8 @@ fn start_endpoints<'a>(
         None => Arc::new(EndpointGroup::sharing_guids(guid_table(guid))),
     };
     let mut started: Vec<ResourceArc<EndpointResource>> = Vec::with_capacity(count);
+    let serves_nethernet = options.nethernet.is_some();
+    let mut nethernet = options.nethernet;
     for (i, (socket, buffers, pktinfo)) in sockets.into_iter().enumerate() {
         let local = socket.local_addr().map_err(|e| error(env, io_error(&e)))?;
         if i > 0 {
@@ -391,6 +393,22 @@ fn start_endpoints<'a>(
             servers: std::sync::Mutex::default(),
         });
         env.monitor(&me, &owner);
+        // The group's first endpoint hosts NetherNet; the others hand it their datagrams.
+        let nethernet = match (nethernet.take(), started.first()) {
+            (Some(n), _) => {
+                let mut config = n.config;
+                if !local.ip().is_unspecified() {
+                    config.candidates = vec![local];
+                }
+                let host = raknet_nethernet::host::Host::new(config, n.key)
+                    .map_err(|e| error(env, e.as_str()))?;
+                Some(driver::NetherNet::hosted(host))
+            }
+            (None, Some(first)) if serves_nethernet => {
+                Some(driver::NetherNet::Forward(first.tx.clone()))
+            }
+            (None, _) => None,
+        };
         let thread_me = me.clone();
         let batched_io = options.batched_io;
         let gso = options.gso;
@@ -401,7 +419,10 @@ fn start_endpoints<'a>(
             if send_full_fault {
                 socket.fake_full_buffer();
             }
-            let driver = driver::Driver::new(endpoint, socket, thread_me, owner);
+            let mut driver = driver::Driver::new(endpoint, socket, thread_me, owner);
+            if let Some(nethernet) = nethernet {
+                driver = driver.with_nethernet(nethernet);
+            }
             driver::run(shared, driver, rx).await;
             Ok::<(), std::io::Error>(())
         };
@@ -425,6 +446,65 @@ fn start_endpoints<'a>(
         started.push(me);
     }
     Ok(started)
+}
+
+/// Answer a NetherNet offer (the body of `POST /v1/join/{id}`) on the endpoint hosting the
+/// server's sessions: `:ok`, then `{:raknet_nethernet_answer, tag, {:ok, sdp} | {:error,
+/// reason}}` to `reply_to`. `candidate`: the IP address the answer names (the one the client
+/// reached signaling at, or the configured public one); `nil`: the socket's own.
+#[rustler::nif]
+fn endpoint_nethernet_offer<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    sdp: Binary<'a>,
+    candidate: Option<String>,
+    reply_to: LocalPid,
+    tag: u64,
+) -> Term<'a> {
+    if sdp.len() > raknet_nethernet::sdp::MAX_SDP {
+        return error(env, atoms::too_large());
+    }
+    let Ok(sdp) = std::str::from_utf8(sdp.as_slice()) else {
+        return error(env, atoms::einval());
+    };
+    let candidate = match candidate.as_deref().map(parse_host) {
+        None => None,
+        Some(Some(ip)) => Some(ip),
+        Some(None) => return error(env, atoms::einval()),
+    };
+    let cmd = Command::NetherNetOffer {
+        sdp: sdp.to_owned(),
+        candidate,
+        reply_to,
+        tag,
+    };
+    match endpoint.tx.send(cmd) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
+/// A new NetherNet operator key (P-384), as PKCS#8 PEM: generated once and kept (the
+/// clients pin it).
+#[rustler::nif]
+fn nethernet_generate_key(env: Env<'_>) -> Term<'_> {
+    let pem = raknet_nethernet::identity::OperatorKey::generate().to_pem();
+    let mut bin = rustler::NewBinary::new(env, pem.len());
+    bin.as_mut_slice().copy_from_slice(pem.as_bytes());
+    Binary::from(bin).encode(env)
+}
+
+/// The public half of an operator key as its JWK (JSON text): `{:ok, json}` or `{:error,
+/// :invalid_key}`.
+#[rustler::nif]
+fn nethernet_key_jwk<'a>(env: Env<'a>, pem: Binary<'a>) -> Term<'a> {
+    let key = std::str::from_utf8(pem.as_slice())
+        .ok()
+        .and_then(|pem| raknet_nethernet::identity::OperatorKey::from_pem(pem).ok());
+    match key {
+        Some(key) => (atoms::ok(), key.jwk().to_string()).encode(env),
+        None => error(env, atoms::invalid_key()),
+    }
 }
 
 /// Ask the endpoint thread for a term (waits up to a second; dirty scheduler).
@@ -694,12 +774,24 @@ fn send_message<'a>(
     if conn.closed.load(Ordering::Relaxed) {
         return error(env, atoms::closed());
     }
-    // The engine's rules, on this thread: open, size, budget (see `raknet_proto::SendGate`).
-    let Some(gate) = conn.gate.get() else {
-        return error(env, atoms::not_connected());
-    };
-    if let Err(e) = gate.admit(data.len()) {
-        return error(env, send_error(e));
+    if conn.nethernet {
+        // WebRTC data channels acknowledge nothing per message: no receipts. What waits to
+        // be sent is bounded by the NetherNet host, which refuses (and counts) the rest.
+        if reliability.has_receipt() {
+            return error(env, atoms::unsupported());
+        }
+        if data.len() > raknet_nethernet::framing::MAX_MESSAGE {
+            return error(env, atoms::too_large());
+        }
+    } else {
+        // The engine's rules, on this thread: open, size, budget (see
+        // `raknet_proto::SendGate`).
+        let Some(gate) = conn.gate.get() else {
+            return error(env, atoms::not_connected());
+        };
+        if let Err(e) = gate.admit(data.len()) {
+            return error(env, send_error(e));
+        }
     }
     let receipt = reliability.has_receipt().then(|| conn.receipt_id());
     let opts = SendOptions {

@@ -81,6 +81,15 @@ impl EndpointResource {
         ConnResource::new(self.tx.clone(), self.budget)
     }
 
+    /// A handle for a NetherNet session of this endpoint: no RakNet send gate (the
+    /// NetherNet host bounds what waits to be sent, and refuses the rest as counted drops).
+    pub(crate) fn new_nethernet_conn(&self) -> ConnResource {
+        ConnResource {
+            nethernet: true,
+            ..ConnResource::new(self.tx.clone(), self.budget)
+        }
+    }
+
     /// Take `server` for a new outgoing connection: `false` if one to it exists already.
     pub(crate) fn claim_server(&self, server: SocketAddr) -> bool {
         self.lock_servers()
@@ -154,6 +163,8 @@ pub(crate) struct ConnResource {
     /// says (set at `endpoint_connect` for an owner that understands the batch form).
     pub(crate) batch_delivery: AtomicBool,
     pub(crate) monitor: Mutex<Option<Monitor>>,
+    /// A NetherNet session (WebRTC data channels) rather than a RakNet connection.
+    pub(crate) nethernet: bool,
 }
 
 impl ConnResource {
@@ -172,6 +183,7 @@ impl ConnResource {
             flow_controlled: AtomicBool::new(false),
             batch_delivery: AtomicBool::new(false),
             monitor: Mutex::new(None),
+            nethernet: false,
         }
     }
 
@@ -345,4 +357,19 @@ pub(crate) enum Command {
     Stop(Duration),
     /// Tests only: panic on the endpoint's thread (if the endpoint allows it).
     InjectPanic,
+    /// A NetherNet offer (`POST /v1/join/{id}`) to answer: `{:raknet_nethernet_answer, tag,
+    /// {:ok, sdp} | {:error, reason}}` goes to `reply_to`. `candidate`: the address the
+    /// answer names (with the socket's port), else the host's own.
+    NetherNetOffer {
+        sdp: String,
+        candidate: Option<IpAddr>,
+        reply_to: LocalPid,
+        tag: u64,
+    },
+    /// A NetherNet datagram another socket of the server's group received, for the socket
+    /// whose thread hosts the sessions.
+    NetherNetDatagram {
+        from: SocketAddr,
+        data: Bytes,
+    },
 }

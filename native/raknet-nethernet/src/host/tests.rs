@@ -95,7 +95,7 @@ fn run(
         loop {
             match client.rtc.poll_output().unwrap() {
                 Output::Transmit(t) => {
-                    host.handle(*now, client_addr, server, &t.contents);
+                    host.handle(*now, client_addr, &t.contents);
                 }
                 Output::Timeout(at) => {
                     client_next = at;
@@ -181,7 +181,7 @@ fn connect(
         Some(auth) => with_player_identity(&offer, auth, "2535400000000000"),
         None => offer,
     };
-    let (id, answer) = host.accept_offer(*now, NOW_UNIX, &offer).unwrap();
+    let (id, answer) = host.accept_offer(*now, NOW_UNIX, &offer, &[]).unwrap();
     let parsed = Offer::parse(&answer).unwrap();
     let assertion = Assertion::parse(parsed.identity.as_deref().unwrap()).unwrap();
     let checked = assertion
@@ -286,12 +286,12 @@ fn required_identity_admits_the_auth_services_players_only() {
     let mut host = host(ClientAuth::Required(Trust::Keys(vec![auth.public()])));
     let (_, offer, _) = client(now);
     assert_eq!(
-        host.accept_offer(now, NOW_UNIX, &offer).unwrap_err(),
+        host.accept_offer(now, NOW_UNIX, &offer, &[]).unwrap_err(),
         OfferError::Identity(IdentityError::Missing)
     );
     let forged = with_player_identity(&offer, &OperatorKey::generate(), "1");
     assert_eq!(
-        host.accept_offer(now, NOW_UNIX, &forged).unwrap_err(),
+        host.accept_offer(now, NOW_UNIX, &forged, &[]).unwrap_err(),
         OfferError::Identity(IdentityError::UntrustedToken)
     );
     let (_, _, events) = connect(&mut now, &mut host, Some(&auth));
@@ -323,11 +323,11 @@ fn unanswered_negotiations_expire_and_bound_the_host() {
     .unwrap();
     for _ in 0..2 {
         let (_, offer, _) = client(now);
-        host.accept_offer(now, NOW_UNIX, &offer).unwrap();
+        host.accept_offer(now, NOW_UNIX, &offer, &[]).unwrap();
     }
     let (_, offer, _) = client(now);
     assert_eq!(
-        host.accept_offer(now, NOW_UNIX, &offer).unwrap_err(),
+        host.accept_offer(now, NOW_UNIX, &offer, &[]).unwrap_err(),
         OfferError::Busy
     );
     // Nobody runs ICE: both expire, silently (they never opened).
@@ -340,10 +340,10 @@ fn unanswered_negotiations_expire_and_bound_the_host() {
     assert_eq!(host.negotiating(), 0);
     assert!(host.poll_event().is_none());
     assert_eq!(host.stats().negotiations_expired, 2);
-    host.accept_offer(now, NOW_UNIX, &offer).unwrap();
+    host.accept_offer(now, NOW_UNIX, &offer, &[]).unwrap();
     // Garbage SDP is refused, counted.
     assert!(matches!(
-        host.accept_offer(now, NOW_UNIX, "v=0\r\n"),
+        host.accept_offer(now, NOW_UNIX, "v=0\r\n", &[]),
         Err(OfferError::Sdp(_))
     ));
 }

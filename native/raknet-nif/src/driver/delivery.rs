@@ -157,7 +157,7 @@ impl Driver {
         // An owner set later hears why (the engine's close would read as a local one).
         slot.overloaded = true;
         slot.res.closed.store(true, Ordering::Relaxed);
-        self.endpoint.close(Instant::now(), conn);
+        self.close_conn(Instant::now(), conn);
         self.log(
             true,
             format!(

@@ -83,6 +83,7 @@ impl Driver {
                 atoms::rates(),
                 atoms::thread(),
                 atoms::heap(),
+                atoms::nethernet(),
             ]
             .map(|a| a.encode(env));
             let values = [
@@ -94,6 +95,7 @@ impl Driver {
                 convert::endpoint_rates(env, &self.rates),
                 std::thread::current().name().unwrap_or("").encode(env),
                 convert::map(env, &self.heap_usage()),
+                self.nethernet_info_term(env),
             ];
             Term::map_from_arrays(env, &keys, &values)
                 .unwrap_or_else(|_| atoms::error().encode(env))
@@ -141,6 +143,9 @@ impl Driver {
     }
 
     pub(super) fn conn_info_term<'a>(&self, env: &'a OwnedEnv, id: ConnId) -> Option<Term<'a>> {
+        if id.is_external() {
+            return env.run(|env| self.nethernet_conn_info(env, id));
+        }
         let slot = self.conns.get(&id)?;
         let stats = self.endpoint.connection_stats(id)?;
         let addr = self.endpoint.remote_addr(id)?;
@@ -160,6 +165,7 @@ impl Driver {
                 atoms::stats(),
                 atoms::rates(),
                 atoms::congestion_control(),
+                atoms::transport(),
             ]
             .map(|a| a.encode(env));
             let values = [
@@ -172,6 +178,7 @@ impl Driver {
                 convert::connection_stats(env, &stats, slot.dropped),
                 convert::conn_rates(env, &slot.rates.rates, &stats),
                 convert::congestion(info.congestion).encode(env),
+                atoms::raknet().encode(env),
             ];
             Term::map_from_arrays(env, &keys, &values)
                 .unwrap_or_else(|_| atoms::error().encode(env))

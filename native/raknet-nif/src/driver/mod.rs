@@ -177,6 +177,8 @@ pub(crate) struct Driver {
     /// the BEAM while this thread was busy or waking up coalesce into one turn.
     commands: u64,
     command_turns: u64,
+    /// NetherNet on this socket: hosted here, or handed to the endpoint that hosts it.
+    nethernet: Option<NetherNet>,
 }
 
 impl Driver {
@@ -220,7 +222,14 @@ impl Driver {
             rates: EndpointRates::default(),
             commands: 0,
             command_turns: 0,
+            nethernet: None,
         }
+    }
+
+    /// Serve NetherNet beside RakNet (see `nethernet.rs`).
+    pub(crate) fn with_nethernet(mut self, nethernet: NetherNet) -> Self {
+        self.nethernet = Some(nethernet);
+        self
     }
 
     /// When the thread must take its next turn without being asked: the engine's next timer,
@@ -228,10 +237,16 @@ impl Driver {
     /// connections; an idle endpoint sleeps).
     fn deadline(&mut self) -> Option<Instant> {
         let sample = (!self.conns.is_empty()).then(|| rates::next_due(self.last_sample));
-        [self.endpoint.poll_timeout(), self.next_stall_check, sample]
-            .into_iter()
-            .flatten()
-            .min()
+        let nethernet = self.nethernet_deadline();
+        [
+            self.endpoint.poll_timeout(),
+            self.next_stall_check,
+            sample,
+            nethernet,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether a send may be carried out on a caller's thread now.
@@ -288,7 +303,11 @@ impl Driver {
             got_data = true;
             before(self);
             for Received { data, from, local } in inbox.drain(..) {
-                self.endpoint.handle(Instant::now(), from, data);
+                let now = Instant::now();
+                if self.nethernet_datagram(now, from, &data) {
+                    continue;
+                }
+                self.endpoint.handle(now, from, data);
                 self.received_from(from, local);
             }
             if drained {
@@ -339,6 +358,18 @@ impl Driver {
             receipt,
         } = msg;
         let &id = self.keys.get(&key)?;
+        if id.is_external() {
+            // `conn_send` refused receipts for NetherNet: none to return.
+            if self
+                .nethernet_send(now, id, &data, opts.reliability)
+                .is_err()
+            {
+                if let Some(slot) = self.conns.get_mut(&id) {
+                    slot.dropped += 1;
+                }
+            }
+            return None;
+        }
         let slot = self.conns.get_mut(&id)?;
         // The id `conn_send` returned travels through the engine as the receipt's own.
         let cost = SendGate::cost(data.len());
@@ -372,6 +403,17 @@ impl Driver {
                     let Some(&id) = self.keys.get(&key) else {
                         continue;
                     };
+                    if id.is_external() {
+                        if self
+                            .nethernet_send(now, id, &data, opts.reliability)
+                            .is_err()
+                        {
+                            if let Some(slot) = self.conns.get_mut(&id) {
+                                slot.dropped += 1;
+                            }
+                        }
+                        continue;
+                    }
                     let Some(slot) = self.conns.get_mut(&id) else {
                         continue;
                     };
@@ -393,7 +435,7 @@ impl Driver {
                             slot.close_reason = reason;
                         }
                     }
-                    self.endpoint.close(now, id);
+                    self.close_conn(now, id);
                 }
             }
             Command::OwnerDown { key } => {
@@ -402,7 +444,7 @@ impl Driver {
                         slot.owner = None;
                         slot.reported = true;
                     }
-                    self.endpoint.close(now, id);
+                    self.close_conn(now, id);
                 }
             }
             Command::SetOwner { key, pid } => self.set_owner(key, pid),
@@ -511,12 +553,40 @@ impl Driver {
                 }));
                 let _ = reply.try_send(Some((env, saved)));
             }
+            Command::NetherNetOffer {
+                sdp,
+                candidate,
+                reply_to,
+                tag,
+            } => self.nethernet_offer(now, &sdp, candidate, reply_to, tag),
+            Command::NetherNetDatagram { from, data } => self.nethernet_forwarded(now, from, &data),
             Command::Stop(linger) => {
                 if self.stop_deadline.is_none() {
+                    self.nethernet_shutdown(now);
                     self.endpoint.shutdown(now);
                     self.stop_deadline = Some(now + linger);
                 }
             }
+        }
+    }
+
+    /// A peer's address as the socket takes it: the engine sees IPv4 peers of a dual-stack
+    /// socket unmapped; the socket wants them mapped.
+    fn socket_addr(&self, peer: SocketAddr) -> SocketAddr {
+        match peer {
+            SocketAddr::V4(v4) if self.me.dual_stack => {
+                SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
+            }
+            other => other,
+        }
+    }
+
+    /// Close a connection of either transport.
+    pub(super) fn close_conn(&mut self, now: Instant, id: ConnId) {
+        if id.is_external() {
+            self.nethernet_close(now, id);
+        } else {
+            self.endpoint.close(now, id);
         }
     }
 
@@ -556,6 +626,7 @@ impl Driver {
         {
             self.event(event);
         }
+        self.nethernet_events();
         for id in std::mem::take(&mut self.batched) {
             self.post_batch(id);
         }
@@ -575,18 +646,20 @@ impl Driver {
                     break;
                 };
                 let source = self.local_for(t.destination);
-                // The engine sees IPv4 peers of a dual-stack socket unmapped; the socket wants
-                // them mapped.
-                let destination = match t.destination {
-                    SocketAddr::V4(v4) if self.me.dual_stack => {
-                        SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
-                    }
-                    other => other,
-                };
+                let destination = self.socket_addr(t.destination);
                 self.outbox
                     .push(self.buf.get(..t.size).unwrap_or(&[]), destination, source);
             }
-            // Not full: the engine had no more.
+            // NetherNet's datagrams after RakNet's, into the same batches.
+            while !self.outbox.is_full() {
+                let Some((to, data)) = self.nethernet_poll_transmit() else {
+                    break;
+                };
+                let source = self.local_for(to);
+                let destination = self.socket_addr(to);
+                self.outbox.push(&data, destination, source);
+            }
+            // Not full: the engine (and the NetherNet host) had no more.
             let drained = !self.outbox.is_full();
             if !self.send_outbox() {
                 return false;
@@ -910,7 +983,10 @@ impl Drop for Driver {
 
 mod delivery;
 mod info;
+mod nethernet;
 mod shared;
+
+pub(crate) use nethernet::NetherNet;
 
 use delivery::{count_delivery, receipt_lost, send_batch, send_disconnect, send_message, Mail};
 pub(crate) use shared::{run, Shared};

@@ -99,6 +99,7 @@ impl Shared {
         driver.command_turns += u64::from(applied > 0);
         let now = Instant::now();
         driver.endpoint.handle_timeout(now);
+        driver.nethernet_timeout(now);
         if driver.next_stall_check.is_some_and(|t| now >= t) {
             driver.check_stalls(now);
         }

@@ -51,10 +51,30 @@ pub struct ConnId {
     generation: u32,
 }
 
+/// Indices from here up name connections of another transport sharing the endpoint's socket
+/// ([`ConnId::external`]); the engine's own never get this far (they index its slot table).
+const EXTERNAL_INDEX: u32 = 1 << 31;
+
 impl ConnId {
     /// The id as one integer (stable while the connection lives; for logging and maps).
     pub fn as_u64(self) -> u64 {
         (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+
+    /// The id of the `serial`th connection of another transport on this endpoint (NetherNet
+    /// beside RakNet): never equal to an id of the engine's, which ignores it (no method
+    /// finds a connection by it). The application's side of the connection contract
+    /// (events, sends, closes) is then one map keyed by `ConnId` for both transports.
+    pub fn external(serial: u64) -> Self {
+        Self {
+            index: EXTERNAL_INDEX | (serial as u32 & !EXTERNAL_INDEX),
+            generation: (serial >> 31) as u32,
+        }
+    }
+
+    /// Whether this id came from [`ConnId::external`].
+    pub fn is_external(self) -> bool {
+        self.index & EXTERNAL_INDEX != 0
     }
 }
 

@@ -113,3 +113,37 @@ fn a_connection_keeps_one_timer_entry_under_game_traffic() {
     // each), client 0 at 30 to 990 and 1150 to 1990 (97 + 85).
     assert_eq!(received, 2 * 197 + 97 + 85);
 }
+
+#[test]
+fn external_ids_never_name_an_engine_connection() {
+    let ids: Vec<ConnId> = [0, 1, (1 << 31) - 1, 1 << 31, u64::MAX]
+        .into_iter()
+        .map(ConnId::external)
+        .collect();
+    for (i, a) in ids.iter().enumerate() {
+        assert!(a.is_external());
+        for b in &ids[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+    let now = Instant::now();
+    let mut server = Endpoint::new(
+        EndpointConfig::default(),
+        "127.0.0.1:19132".parse().unwrap(),
+        now,
+    );
+    let id = ids[0];
+    // The engine finds nothing by an external id, and does nothing with one.
+    assert!(server.send_gate(id).is_none());
+    assert!(server
+        .send(
+            now,
+            id,
+            Bytes::from_static(b"x"),
+            SendOptions::new(Reliability::Reliable)
+        )
+        .is_err());
+    server.close(now, id);
+    server.set_receive_paused(now, id, true);
+    assert!(server.poll_event().is_none());
+}

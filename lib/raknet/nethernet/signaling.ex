@@ -1,0 +1,349 @@
+defmodule RakNet.NetherNet.Signaling do
+  @moduledoc """
+  NetherNet's HTTP signaling for a `RakNet.Server` started with `:nethernet` (see
+  `RakNet.NetherNet.Options`): `GET /v1/join` answers the server's status as JSON,
+  `POST /v1/join/{networkId}` takes a WebRTC offer (`application/sdp`) and answers with the
+  server's SDP, identity assertion included.
+
+  One process per request, at most `:max_http_connections` at once (more are answered 503
+  and closed); a request must arrive within `:http_timeout_ms`, its head within 8 KiB and an
+  offer within 16 KiB; offers per IP per second are limited (429). The sessions themselves
+  live in the runtime, on the server's UDP socket.
+  """
+
+  use GenServer
+  require Logger
+
+  alias RakNet.NetherNet.Options
+
+  @max_head 8 * 1024
+  @max_headers 64
+  @max_body 16 * 1024
+  @answer_timeout 5_000
+
+  @doc false
+  def start_link(args), do: GenServer.start_link(__MODULE__, args)
+
+  @doc "The TCP port signaling listens on."
+  @spec port(pid()) :: :inet.port_number()
+  def port(pid), do: GenServer.call(pid, :port)
+
+  @doc "Replace the status fields `GET /v1/join` answers (see `RakNet.NetherNet.Options`)."
+  @spec set_status(pid(), map()) :: :ok
+  def set_status(pid, status) when is_map(status), do: GenServer.call(pid, {:status, status})
+
+  @impl GenServer
+  def init({%Options{} = opts, endpoint, udp_port, bind_ip, count_players, max_players}) do
+    transport = if opts.tls, do: :ssl, else: :gen_tcp
+    port = opts.port || udp_port
+
+    listen_opts =
+      [:binary, active: false, reuseaddr: true, ip: opts.ip || bind_ip, backlog: 128] ++
+        if opts.tls, do: [certfile: opts.tls[:certfile], keyfile: opts.tls[:keyfile]], else: []
+
+    case transport.listen(port, listen_opts) do
+      {:ok, listen} ->
+        {:ok, {_, port}} = sockname(transport, listen)
+        me = self()
+        acceptor = spawn_link(fn -> accept_loop(me, transport, listen) end)
+
+        {:ok,
+         %{
+           opts: opts,
+           endpoint: endpoint,
+           transport: transport,
+           listen: listen,
+           port: port,
+           acceptor: acceptor,
+           status: opts.status,
+           count_players: count_players,
+           max_players: max_players,
+           active: %{},
+           offers: %{},
+           window: now_s()
+         }}
+
+      {:error, reason} ->
+        {:stop, {:nethernet_signaling, reason}}
+    end
+  end
+
+  @impl GenServer
+  def handle_call(:port, _from, state), do: {:reply, state.port, state}
+
+  def handle_call({:status, status}, _from, state),
+    do: {:reply, :ok, %{state | status: Map.merge(state.status, status)}}
+
+  # A connection accepted: served by a process of its own if there is room.
+  def handle_call({:accepted, socket}, _from, state) do
+    if map_size(state.active) >= state.opts.max_http_connections do
+      respond(state.transport, socket, 503, "text/plain", "busy")
+      {:reply, :closed, state}
+    else
+      context = %{
+        transport: state.transport,
+        endpoint: state.endpoint,
+        opts: state.opts,
+        server: self(),
+        status: status_json(state)
+      }
+
+      {pid, ref} = spawn_monitor(fn -> serve(context) end)
+      {:reply, {:handover, pid}, %{state | active: Map.put(state.active, ref, pid)}}
+    end
+  end
+
+  # An offer from `ip`: within its rate?
+  def handle_call({:offer, ip}, _from, state) do
+    state = roll_window(state)
+    count = Map.get(state.offers, ip, 0)
+
+    if count >= state.opts.offers_per_ip_per_sec do
+      {:reply, :limited, state}
+    else
+      {:reply, :ok, %{state | offers: Map.put(state.offers, ip, count + 1)}}
+    end
+  end
+
+  @impl GenServer
+  def handle_info({:DOWN, ref, :process, _pid, _reason}, state),
+    do: {:noreply, %{state | active: Map.delete(state.active, ref)}}
+
+  def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
+  def handle_info(_other, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, state) do
+    close(state.transport, state.listen)
+  end
+
+  defp roll_window(state) do
+    now = now_s()
+    if now == state.window, do: state, else: %{state | offers: %{}, window: now}
+  end
+
+  defp now_s, do: System.monotonic_time(:second)
+
+  # -- accepting -------------------------------------------------------------------------
+
+  defp accept_loop(server, transport, listen) do
+    case accept(transport, listen) do
+      {:ok, socket} ->
+        case GenServer.call(server, {:accepted, socket}) do
+          {:handover, pid} ->
+            case controlling_process(transport, socket, pid) do
+              :ok -> send(pid, {:go, socket})
+              {:error, _} -> close(transport, socket)
+            end
+
+          :closed ->
+            close(transport, socket)
+        end
+
+        accept_loop(server, transport, listen)
+
+      {:error, :closed} ->
+        :ok
+
+      {:error, _transient} ->
+        accept_loop(server, transport, listen)
+    end
+  end
+
+  defp accept(:gen_tcp, listen), do: :gen_tcp.accept(listen)
+
+  # The TLS handshake happens in the request's own process (a slow client must not hold up
+  # the acceptor): here only the transport-level accept.
+  defp accept(:ssl, listen), do: :ssl.transport_accept(listen)
+
+  # -- one request -----------------------------------------------------------------------
+
+  defp serve(context) do
+    receive do
+      {:go, socket} ->
+        deadline = System.monotonic_time(:millisecond) + context.opts.http_timeout_ms
+
+        with {:ok, socket} <- handshake(context.transport, socket, deadline),
+             {:ok, request} <- read_request(context.transport, socket, deadline) do
+          handle_request(context, socket, request, deadline)
+          close(context.transport, socket)
+        else
+          _ -> close(context.transport, socket)
+        end
+    after
+      context.opts.http_timeout_ms -> :ok
+    end
+  end
+
+  defp handshake(:gen_tcp, socket, _deadline), do: {:ok, socket}
+  defp handshake(:ssl, socket, deadline), do: :ssl.handshake(socket, left(deadline))
+
+  defp left(deadline), do: max(deadline - System.monotonic_time(:millisecond), 0)
+
+  defp read_request(transport, socket, deadline) do
+    :ok = setopts(transport, socket, packet: :http_bin, packet_size: @max_head)
+
+    with {:ok, {:http_request, method, {:abs_path, path}, _version}} <-
+           recv(transport, socket, 0, deadline),
+         {:ok, headers} <- read_headers(transport, socket, deadline, []) do
+      {:ok, %{method: method, path: path, headers: headers}}
+    else
+      _ -> :error
+    end
+  end
+
+  defp read_headers(_transport, _socket, _deadline, acc) when length(acc) > @max_headers,
+    do: :error
+
+  defp read_headers(transport, socket, deadline, acc) do
+    case recv(transport, socket, 0, deadline) do
+      {:ok, :http_eoh} ->
+        {:ok, acc}
+
+      {:ok, {:http_header, _, name, _, value}} ->
+        name = if is_atom(name), do: Atom.to_string(name), else: name
+        read_headers(transport, socket, deadline, [{String.downcase(name), value} | acc])
+
+      _ ->
+        :error
+    end
+  end
+
+  defp handle_request(context, socket, %{method: :GET, path: "/v1/join"}, _deadline),
+    do: respond(context.transport, socket, 200, "application/json", context.status)
+
+  defp handle_request(context, socket, %{method: :POST, path: "/v1/join/" <> id} = req, deadline)
+       when id != "" do
+    %{transport: transport} = context
+
+    with {:length, {len, ""}} when len in 1..@max_body <-
+           {:length, Integer.parse(header(req, "content-length", ""))},
+         {:ip, {:ok, {ip, _}}} <- {:ip, peername(transport, socket)},
+         {:rate, :ok} <- {:rate, GenServer.call(context.server, {:offer, ip})},
+         :ok <- setopts(transport, socket, packet: :raw),
+         {:body, {:ok, body}} <- {:body, recv(transport, socket, len, deadline)} do
+      candidate = candidate(context.opts, transport, socket)
+      tag = :erlang.unique_integer([:positive])
+
+      case RakNet.Native.endpoint_nethernet_offer(context.endpoint, body, candidate, self(), tag) do
+        :ok ->
+          receive do
+            {:raknet_nethernet_answer, ^tag, {:ok, answer}} ->
+              respond(transport, socket, 200, "application/sdp", answer)
+
+            {:raknet_nethernet_answer, ^tag, {:error, reason}} ->
+              respond(transport, socket, 400, "text/plain", reason)
+          after
+            @answer_timeout -> respond(transport, socket, 503, "text/plain", "no answer")
+          end
+
+        {:error, reason} ->
+          respond(transport, socket, 400, "text/plain", Atom.to_string(reason))
+      end
+    else
+      {:length, _} -> respond(transport, socket, 413, "text/plain", "offer length")
+      {:rate, :limited} -> respond(transport, socket, 429, "text/plain", "slow down")
+      _ -> :error
+    end
+  end
+
+  defp handle_request(context, socket, _request, _deadline),
+    do: respond(context.transport, socket, 404, "text/plain", "not found")
+
+  defp header(%{headers: headers}, name, default),
+    do: headers |> List.keyfind(name, 0, {name, default}) |> elem(1)
+
+  # The address answers name: the configured public one, else the one the client reached
+  # signaling at (IPv4-mapped addresses of a dual-stack listener as IPv4).
+  defp candidate(%Options{public_address: ip}, _transport, _socket) when ip != nil,
+    do: ip |> :inet.ntoa() |> to_string()
+
+  defp candidate(_opts, transport, socket) do
+    case sockname(transport, socket) do
+      {:ok, {{0, 0, 0, 0, 0, 0xFFFF, a, b}, _}} ->
+        to_string(:inet.ntoa({div(a, 256), rem(a, 256), div(b, 256), rem(b, 256)}))
+
+      {:ok, {ip, _}} ->
+        ip |> :inet.ntoa() |> to_string()
+
+      _ ->
+        nil
+    end
+  end
+
+  defp respond(transport, socket, status, type, body) do
+    reason = %{200 => "OK", 400 => "Bad Request", 404 => "Not Found", 413 => "Payload Too Large"}
+    reason = Map.merge(reason, %{429 => "Too Many Requests", 503 => "Service Unavailable"})
+
+    head =
+      "HTTP/1.1 #{status} #{reason[status]}\r\ncontent-type: #{type}\r\n" <>
+        "content-length: #{byte_size(body)}\r\nconnection: close\r\n\r\n"
+
+    send_data(transport, socket, [head, body])
+  end
+
+  # -- status JSON -----------------------------------------------------------------------
+
+  defp status_json(state) do
+    s = state.status
+    players = state.count_players.()
+
+    %{
+      "name" => Map.get(s, :name, "RakNet Server"),
+      "protocol" => Map.get(s, :protocol, 0),
+      "version" => Map.get(s, :version, ""),
+      "level" => Map.get(s, :level, ""),
+      "players" => players,
+      "maxPlayers" => Map.get(s, :max_players, state.max_players),
+      "gameType" => Map.get(s, :game_type, 0)
+    }
+    |> json()
+  end
+
+  @doc false
+  # JSON of a flat map of strings, integers and booleans (what the status holds).
+  @spec json(map()) :: binary()
+  def json(map) when is_map(map) do
+    fields =
+      map
+      |> Enum.sort()
+      |> Enum.map(fn {k, v} -> [json_string(to_string(k)), ?:, json_value(v)] end)
+      |> Enum.intersperse(?,)
+
+    IO.iodata_to_binary([?{, fields, ?}])
+  end
+
+  defp json_value(v) when is_integer(v), do: Integer.to_string(v)
+  defp json_value(v) when is_float(v), do: Float.to_string(v)
+  defp json_value(v) when is_boolean(v), do: Atom.to_string(v)
+  defp json_value(nil), do: "null"
+  defp json_value(v) when is_binary(v), do: json_string(v)
+  defp json_value(v) when is_atom(v), do: json_string(Atom.to_string(v))
+
+  defp json_string(text) do
+    escaped =
+      for <<c::utf8 <- text>>, into: "" do
+        case c do
+          ?" -> "\\\""
+          ?\\ -> "\\\\"
+          c when c < 0x20 -> "\\u" <> String.pad_leading(Integer.to_string(c, 16), 4, "0")
+          c -> <<c::utf8>>
+        end
+      end
+
+    [?", escaped, ?"]
+  end
+
+  # -- transport -------------------------------------------------------------------------
+
+  defp recv(transport, socket, len, deadline), do: transport.recv(socket, len, left(deadline))
+  defp setopts(:gen_tcp, socket, opts), do: :inet.setopts(socket, opts)
+  defp setopts(:ssl, socket, opts), do: :ssl.setopts(socket, opts)
+  defp sockname(:gen_tcp, socket), do: :inet.sockname(socket)
+  defp sockname(:ssl, socket), do: :ssl.sockname(socket)
+  defp peername(:gen_tcp, socket), do: :inet.peername(socket)
+  defp peername(:ssl, socket), do: :ssl.peername(socket)
+  defp send_data(transport, socket, data), do: transport.send(socket, data)
+  defp close(transport, socket), do: transport.close(socket)
+  defp controlling_process(transport, socket, pid), do: transport.controlling_process(socket, pid)
+end

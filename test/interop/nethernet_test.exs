@@ -1,0 +1,147 @@
+defmodule RakNet.Interop.NetherNetTest do
+  @moduledoc """
+  NetherNet against aiortc (PyPI), an independent WebRTC implementation playing the
+  Minecraft client (test/interop/nethernet_client.py): signaling over HTTP, the server's
+  identity assertion checked as the client checks it, both data channels, a 100 KB message
+  fragmented on the reliable channel, an unreliable one; official RakNet on the same UDP port
+  at the same time.
+  """
+  use ExUnit.Case, async: false
+  @moduletag :interop
+  @moduletag timeout: 120_000
+
+  alias RakNet.Test.{ChannelEcho, Official}
+
+  @client Path.expand("nethernet_client.py", __DIR__)
+
+  setup do
+    dir = Path.join(System.tmp_dir!(), "raknet-nethernet-#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf!(dir) end)
+    %{key_file: Path.join(dir, "operator.pem")}
+  end
+
+  defp start_server(key_file, nethernet \\ []) do
+    nethernet = Keyword.merge([port: 0, key_file: key_file], nethernet)
+    {server, port} = RakNet.Test.Server.start!(ChannelEcho, nethernet: nethernet)
+    {server, port, RakNet.Server.info(server).nethernet_port}
+  end
+
+  defp run_client(http_port) do
+    System.cmd(Official.python(), [@client, "http://127.0.0.1:#{http_port}"],
+      stderr_to_stdout: true
+    )
+  end
+
+  test "aiortc connects over NetherNet, beside official RakNet on the same UDP port",
+       %{key_file: key_file} do
+    {_server, port, http_port} = start_server(key_file)
+    assert is_integer(http_port) and http_port > 0
+    nethernet = Task.async(fn -> run_client(http_port) end)
+    official = Task.async(fn -> Official.run_client(port, 11) end)
+
+    assert {"OK\n", 0} = Task.await(nethernet, 60_000)
+    assert Task.await(official, 60_000) =~ ~r/^OK: protocol 11 sent 32 echoed 32/
+
+    # The NetherNet session reached the same handler, identified as such: the client's
+    # claims, its fingerprint signature checked against its own key (open: not the issuer).
+    assert_receive {:client_new, _conn, {:ok, %{transport: :nethernet} = info}}, 5_000
+    assert %{identity: %{claims: %{"xuid" => "2535400000000042"}, verified: false}} = info
+    assert {127, 0, 0, 1} = elem(info.address, 0)
+    assert_receive {:client_new, _conn, {:ok, %{transport: :raknet}}}, 5_000
+    assert_receive {:client_received, _conn, 0, 99_999}, 5_000
+  end
+
+  test "the operator key is made once and kept; the answer's cpk is it", %{key_file: key_file} do
+    {_server, _port, _http} = start_server(key_file)
+    pem = File.read!(key_file)
+    assert {:ok, jwk} = RakNet.Native.nethernet_key_jwk(pem)
+    assert jwk =~ ~s("crv":"P-384")
+    assert File.stat!(key_file).mode |> Bitwise.band(0o777) == 0o600
+    # A second server (a restart, another host of the fleet) signs with the same key.
+    start_server(key_file)
+    assert File.read!(key_file) == pem
+    File.write!(key_file, "not a key")
+
+    assert {:error, {{%ArgumentError{message: message}, _stack}, _child}} =
+             start_supervised(
+               {RakNet.Server,
+                [ChannelEcho, 0, ip: {127, 0, 0, 1}, nethernet: [port: 0, key_file: key_file]]}
+             )
+
+    assert message =~ "not a P-384 PKCS#8 PEM key"
+  end
+
+  test "signaling answers status, refuses what is not an offer, and bounds requests",
+       %{key_file: key_file} do
+    {_server, _port, http} = start_server(key_file, status: %{name: "Test", max_players: 7})
+
+    assert {200, body} = request(http, "GET /v1/join HTTP/1.1\r\nhost: x\r\n\r\n")
+
+    assert body ==
+             ~s({"gameType":0,"level":"","maxPlayers":7,"name":"Test","players":0,"protocol":0,"version":""})
+
+    assert {404, _} = request(http, "GET /nope HTTP/1.1\r\n\r\n")
+    assert {400, reason} = post(http, "v=0\r\nnot an offer\r\n")
+    assert reason =~ "data channel"
+    assert {413, _} = request(http, "POST /v1/join/1 HTTP/1.1\r\ncontent-length: 999999\r\n\r\n")
+
+    # A client that sends nothing is dropped at the timeout, without an answer.
+    {:ok, idle} = :gen_tcp.connect({127, 0, 0, 1}, http, [:binary, active: false])
+    assert {:error, :closed} = :gen_tcp.recv(idle, 0, 10_000)
+  end
+
+  test "offers per IP per second are limited", %{key_file: key_file} do
+    {_server, _port, http} = start_server(key_file, offers_per_ip_per_sec: 2)
+    statuses = for _ <- 1..6, do: elem(post(http, "v=0\r\n"), 0)
+    assert 429 in statuses
+    assert Enum.count(statuses, &(&1 == 400)) in 2..4
+  end
+
+  test "client_auth {:jwks, _} refuses an offer without a trusted identity",
+       %{key_file: key_file} do
+    # Any P-384 public key will do as the auth service's: the script's tokens are signed by
+    # a key of its own, which is not this one.
+    {:ok, jwk} = RakNet.Native.nethernet_key_jwk(RakNet.Native.nethernet_generate_key())
+    jwks = ~s({"keys":[#{jwk}]})
+    {_server, _port, http} = start_server(key_file, client_auth: {:jwks, jwks})
+    {out, status} = run_client(http)
+    assert status != 0
+    assert out =~ "400"
+  end
+
+  test "bad :nethernet options are refused when the server starts" do
+    assert_raise ArgumentError, ~r/:nethernet's :port/, fn ->
+      RakNet.Server.Config.new(ChannelEcho, 0, nethernet: [port: -1])
+    end
+
+    assert_raise ArgumentError, ~r/unknown :nethernet option :nope/, fn ->
+      RakNet.Server.Config.new(ChannelEcho, 0, nethernet: [nope: 1])
+    end
+  end
+
+  defp post(port, body) do
+    request(
+      port,
+      "POST /v1/join/42 HTTP/1.1\r\ncontent-type: application/sdp\r\n" <>
+        "content-length: #{byte_size(body)}\r\n\r\n" <> body
+    )
+  end
+
+  defp request(port, data) do
+    {:ok, socket} = :gen_tcp.connect({127, 0, 0, 1}, port, [:binary, active: false])
+    :ok = :gen_tcp.send(socket, data)
+    {:ok, reply} = read_all(socket, "")
+    :gen_tcp.close(socket)
+    [head, body] = String.split(reply, "\r\n\r\n", parts: 2)
+    ["HTTP/1.1", status | _] = String.split(head, " ")
+    {String.to_integer(status), body}
+  end
+
+  defp read_all(socket, acc) do
+    case :gen_tcp.recv(socket, 0, 10_000) do
+      {:ok, data} -> read_all(socket, acc <> data)
+      {:error, :closed} -> {:ok, acc}
+      {:error, _} = e -> e
+    end
+  end
+end
