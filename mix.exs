@@ -39,7 +39,7 @@ defmodule RakNet.MixProject do
   # the workspace (Cargo.toml) before it builds one, so the benchmark and simulator crates'
   # sources come along, not their tests; the fuzz crate is no member.
   defp package do
-    crates = ~w(raknet-proto raknet-udp raknet-nif raknet-netsim raknet-bench)
+    crates = ~w(raknet-proto raknet-udp raknet-nif raknet-netsim raknet-bench raknet-nethernet)
 
     [
       licenses: ["Apache-2.0"],
@@ -58,13 +58,14 @@ defmodule RakNet.MixProject do
       extras:
         ["README.md", "CHANGELOG.md"] ++
           Enum.map(
-            ~w(getting-started usage game-servers bedrock xplane-migration cluster
+            ~w(getting-started usage game-servers bedrock nethernet xplane-migration cluster
                       security options proxies performance interoperability architecture
                       nif-contract),
             &"docs/#{&1}.md"
           ),
       groups_for_extras: [
-        Guides: ~r{docs/(getting-started|usage|game-servers|bedrock|xplane-migration|cluster)},
+        Guides:
+          ~r{docs/(getting-started|usage|game-servers|bedrock|nethernet|xplane-migration|cluster)},
         Operations: ~r{docs/(security|options|proxies|performance)},
         Internals: ~r{docs/(interoperability|architecture|nif-contract)}
       ],

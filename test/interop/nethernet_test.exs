@@ -90,6 +90,25 @@ defmodule RakNet.Interop.NetherNetTest do
     assert {:error, :closed} = :gen_tcp.recv(idle, 0, 10_000)
   end
 
+  test "slow requests from one address cannot take every signaling slot", %{key_file: key_file} do
+    {_server, _port, http} =
+      start_server(key_file, max_http_connections_per_ip: 3, http_timeout_ms: 30_000)
+
+    # Three connections from 127.0.0.1 that never finish their request hold its share...
+    idle =
+      for _ <- 1..3 do
+        {:ok, s} = :gen_tcp.connect({127, 0, 0, 1}, http, [:binary, active: false])
+        :ok = :gen_tcp.send(s, "GET /v1/jo")
+        s
+      end
+
+    # ...once signaling has taken them all (a fourth is refused at once, not left waiting)...
+    assert {503, "busy"} = request(http, "GET /v1/join HTTP/1.1\r\n\r\n", {127, 0, 0, 1})
+    # ...and another address is served.
+    assert {200, _} = request(http, "GET /v1/join HTTP/1.1\r\n\r\n", {127, 0, 0, 2})
+    Enum.each(idle, &:gen_tcp.close/1)
+  end
+
   test "offers per IP per second are limited", %{key_file: key_file} do
     {_server, _port, http} = start_server(key_file, offers_per_ip_per_sec: 2)
     statuses = for _ <- 1..6, do: elem(post(http, "v=0\r\n"), 0)
@@ -127,8 +146,8 @@ defmodule RakNet.Interop.NetherNetTest do
     )
   end
 
-  defp request(port, data) do
-    {:ok, socket} = :gen_tcp.connect({127, 0, 0, 1}, port, [:binary, active: false])
+  defp request(port, data, from \\ {127, 0, 0, 1}) do
+    {:ok, socket} = :gen_tcp.connect({127, 0, 0, 1}, port, [:binary, active: false, ip: from])
     :ok = :gen_tcp.send(socket, data)
     {:ok, reply} = read_all(socket, "")
     :gen_tcp.close(socket)

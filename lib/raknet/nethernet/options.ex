@@ -34,8 +34,9 @@ defmodule RakNet.NetherNet.Options do
       certificate and show no key prompt). Default `nil`: plain HTTP.
     * `:max_sessions` (1 024), `:max_negotiating` (128): NetherNet sessions, and sessions
       between answer and open data channels, at most.
-    * `:offers_per_ip_per_sec` (5), `:max_http_connections` (64), `:http_timeout_ms`
-      (5 000): signaling's bounds (a request not read in time is dropped).
+    * `:offers_per_ip_per_sec` (5), `:max_http_connections` (64),
+      `:max_http_connections_per_ip` (8), `:http_timeout_ms` (5 000): signaling's bounds (a
+      request not read in time is dropped; past a connection limit, 503).
   """
 
   @enforce_keys []
@@ -51,6 +52,7 @@ defmodule RakNet.NetherNet.Options do
             max_negotiating: 128,
             offers_per_ip_per_sec: 5,
             max_http_connections: 64,
+            max_http_connections_per_ip: 8,
             http_timeout_ms: 5_000
 
   @type t :: %__MODULE__{}
@@ -138,6 +140,7 @@ defmodule RakNet.NetherNet.Options do
               :max_negotiating,
               :offers_per_ip_per_sec,
               :max_http_connections,
+              :max_http_connections_per_ip,
               :http_timeout_ms
             ],
        do: check(key, v, is_integer(v) and v > 0, "a positive integer")

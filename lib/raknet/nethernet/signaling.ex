@@ -5,8 +5,9 @@ defmodule RakNet.NetherNet.Signaling do
   `POST /v1/join/{networkId}` takes a WebRTC offer (`application/sdp`) and answers with the
   server's SDP, identity assertion included.
 
-  One process per request, at most `:max_http_connections` at once (more are answered 503
-  and closed); a request must arrive within `:http_timeout_ms`, its head within 8 KiB and an
+  One process per request, at most `:max_http_connections` at once and
+  `:max_http_connections_per_ip` from one address (more are answered 503 and closed); a
+  request must arrive within `:http_timeout_ms`, its head within 8 KiB and an
   offer within 16 KiB; offers per IP per second are limited (429). The sessions themselves
   live in the runtime, on the server's UDP socket.
   """
@@ -74,9 +75,13 @@ defmodule RakNet.NetherNet.Signaling do
   def handle_call({:status, status}, _from, state),
     do: {:reply, :ok, %{state | status: Map.merge(state.status, status)}}
 
-  # A connection accepted: served by a process of its own if there is room.
-  def handle_call({:accepted, socket}, _from, state) do
-    if map_size(state.active) >= state.opts.max_http_connections do
+  # A connection accepted: served by a process of its own if there is room, in all and for
+  # its address (one address cannot hold every slot with requests it never finishes).
+  def handle_call({:accepted, socket, ip}, _from, state) do
+    per_ip = Enum.count(state.active, fn {_ref, {_pid, from}} -> from == ip end)
+
+    if map_size(state.active) >= state.opts.max_http_connections or
+         per_ip >= state.opts.max_http_connections_per_ip do
       respond(state.transport, socket, 503, "text/plain", "busy")
       {:reply, :closed, state}
     else
@@ -89,7 +94,7 @@ defmodule RakNet.NetherNet.Signaling do
       }
 
       {pid, ref} = spawn_monitor(fn -> serve(context) end)
-      {:reply, {:handover, pid}, %{state | active: Map.put(state.active, ref, pid)}}
+      {:reply, {:handover, pid}, %{state | active: Map.put(state.active, ref, {pid, ip})}}
     end
   end
 
@@ -129,7 +134,13 @@ defmodule RakNet.NetherNet.Signaling do
   defp accept_loop(server, transport, listen) do
     case accept(transport, listen) do
       {:ok, socket} ->
-        case GenServer.call(server, {:accepted, socket}) do
+        ip =
+          case peername(transport, socket) do
+            {:ok, {ip, _port}} -> ip
+            _ -> nil
+          end
+
+        case GenServer.call(server, {:accepted, socket, ip}) do
           {:handover, pid} ->
             case controlling_process(transport, socket, pid) do
               :ok -> send(pid, {:go, socket})
