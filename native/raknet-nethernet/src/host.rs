@@ -14,12 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use str0m::change::SdpOffer;
-use str0m::channel::ChannelId;
 use str0m::config::CryptoProvider;
 use str0m::net::{Protocol, Receive};
 use str0m::{Candidate, Event, IceCreds, Input, Output, Rtc, RtcConfig};
 
-use crate::framing::{self, FrameError, Reassembler, FRAGMENT_PAYLOAD};
+use crate::channels::Channels;
 use crate::identity::{Assertion, Claims, Identity, IdentityError, OperatorKey, Trust};
 use crate::sdp::{self, Offer, SdpError};
 
@@ -223,9 +222,7 @@ struct Session {
     rtc: Rtc,
     ufrag: String,
     identity: Option<Identity>,
-    reliable: Option<ChannelId>,
-    unreliable: Option<ChannelId>,
-    reassembler: Reassembler,
+    channels: Channels,
     /// Set once `Connected` was reported.
     open_addr: Option<SocketAddr>,
     addrs: Vec<SocketAddr>,
@@ -394,9 +391,7 @@ impl Host {
                 rtc,
                 ufrag: creds.ufrag,
                 identity,
-                reliable: None,
-                unreliable: None,
-                reassembler: Reassembler::new(self.config.max_message),
+                channels: Channels::new(self.config.max_message),
                 open_addr: None,
                 addrs: Vec::new(),
                 candidates,
@@ -558,33 +553,12 @@ impl Host {
 
     fn write(&mut self, id: SessionId, reliable: bool, data: &[u8]) -> Result<(), SendError> {
         let session = self.sessions.get_mut(&id).ok_or(SendError::Closed)?;
-        let channel = if reliable {
-            session.reliable
-        } else {
-            // Unreliable messages go on the reliable channel until the client opens the
-            // other one (they arrive; only later than they might).
-            session.unreliable.or(session.reliable)
-        };
-        let channel = channel
-            .filter(|_| session.open_addr.is_some())
-            .ok_or(SendError::Closed)?;
-        let unfragmented = !reliable && Some(channel) == session.unreliable;
-        if unfragmented && data.len() > FRAGMENT_PAYLOAD {
-            return Err(SendError::TooLarge);
+        if session.open_addr.is_none() {
+            return Err(SendError::Closed);
         }
-        let frames = framing::fragments(data, FRAGMENT_PAYLOAD).ok_or(SendError::TooLarge)?;
-        let mut channel = session.rtc.channel(channel).ok_or(SendError::Closed)?;
-        let framed = data.len() + data.len().div_ceil(FRAGMENT_PAYLOAD).max(1);
-        if channel.buffered_amount() + framed > self.config.max_buffered {
-            return Err(SendError::Full);
-        }
-        for frame in frames {
-            if !channel.write(true, &frame).map_err(|_| SendError::Closed)? {
-                // Checked above: only a message cut in two would make this happen.
-                return Err(SendError::Full);
-            }
-        }
-        Ok(())
+        session
+            .channels
+            .write(&mut session.rtc, reliable, data, self.config.max_buffered)
     }
 
     /// Close a session (a `Disconnected` with `LocalClose` follows if it was open).
@@ -710,14 +684,8 @@ fn on_event(
 ) -> Outcome {
     match event {
         Event::ChannelOpen(channel, label) => {
-            match label.as_str() {
-                RELIABLE_LABEL if session.reliable.is_none() => session.reliable = Some(channel),
-                UNRELIABLE_LABEL if session.unreliable.is_none() => {
-                    session.unreliable = Some(channel)
-                }
-                _ => {}
-            }
-            if session.open_addr.is_none() && session.reliable.is_some() {
+            session.channels.opened(channel, &label);
+            if session.open_addr.is_none() && session.channels.reliable.is_some() {
                 let Some(&addr) = session.addrs.last() else {
                     return Outcome::Nothing;
                 };
@@ -731,16 +699,8 @@ fn on_event(
             }
         }
         Event::ChannelData(data) if session.open_addr.is_some() => {
-            let reliable = Some(data.id) == session.reliable;
-            let payload = if reliable {
-                session.reassembler.push(&data.data)
-            } else if Some(data.id) == session.unreliable {
-                framing::unfragmented(&data.data).map(|p| Some(p.to_vec()))
-            } else {
-                Err(FrameError::Empty)
-            };
-            match payload {
-                Ok(Some(payload)) => events.push_back(HostEvent::Message {
+            match session.channels.receive(&data) {
+                Ok(Some((payload, reliable))) => events.push_back(HostEvent::Message {
                     id,
                     payload,
                     reliable,
