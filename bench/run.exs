@@ -133,6 +133,8 @@ defmodule Bench do
         new_connections_per_ip_per_sec: 100_000,
         client_data: client_data,
         send_delay_ms: Keyword.get(opts, :send_delay_ms, 0),
+        # Scenario 11: NetherNet beside RakNet on the same port.
+        nethernet: Keyword.get(opts, :nethernet),
         # BENCH_BATCH=0: one {:raknet, ...} per message to the connection processes instead
         # of the default {:raknet_batch, ...}.
         batch_delivery: System.get_env("BENCH_BATCH", "1") == "1",
@@ -1002,6 +1004,31 @@ send_paths = Bench.repeat(7, &Bench.send_paths/0)
 IO.puts("-- 8. one 200 B message to 1,000 connections: broadcast vs 1,000 send/3 calls (x#{n})")
 broadcast = Bench.repeat(8, &Bench.broadcast/0)
 
+IO.puts(
+  "-- 11. NetherNet: one WebRTC client, 64 B reliable, beside RakNet on the same port (x#{n})"
+)
+
+nn_args = ~w(--count 100000 --size 64)
+
+nn_one_way =
+  Bench.repeat(11, fn ->
+    Bench.NetherNet.run(["--mode", "oneway" | nn_args], false, &Bench.with_server/2)
+  end)
+
+nn_echo =
+  Bench.repeat(11, fn ->
+    Bench.NetherNet.run(["--mode", "echo" | nn_args], true, &Bench.with_server/2)
+  end)
+
+nn_latency =
+  Bench.repeat(11, fn ->
+    Bench.NetherNet.run(
+      ~w(--mode echo --rate 1000 --duration 3 --size 64),
+      true,
+      &Bench.with_server/2
+    )
+  end)
+
 m = &Bench.median/2
 mmo_in = m.(mmo, :in_per_s)
 mmo_expected = mmo_players * 10 * 49
@@ -1141,6 +1168,25 @@ rows =
       "p50 <= 3x raw UDP (sleep-paced)",
       "raw UDP, client sleeping between pings as raknet-load does: #{f.(udp[:rtt_p50_us])} / #{f.(udp[:rtt_p99_us])} µs, #{x.(Bench.ratio(lat.p50_us, udp[:rtt_p50_us]))} at p50; " <>
         "spinning: #{f.(udp[:rtt_spin_p50_us])} / #{f.(udp[:rtt_spin_p99_us])} µs"
+    ],
+    [
+      "11. NetherNet (WebRTC data channel), 64 B reliable, one way / echoed",
+      c.(
+        nn_one_way ++ nn_echo,
+        "#{f.(m.(nn_one_way, :messages_per_s))} / #{f.(m.(nn_echo, :messages_per_s))} msg/s"
+      ),
+      "",
+      "RakNet (scenario 1): #{x.(Bench.ratio(m.(nn_one_way, :messages_per_s), one_way_rate))} / " <>
+        "#{x.(Bench.ratio(m.(nn_echo, :messages_per_s), echo_rate))} its rates"
+    ],
+    [
+      "11. NetherNet echo round trip at 1,000 msg/s, p50 / p99",
+      c.(
+        nn_latency,
+        "#{f.(us.(m.(nn_latency, :p50_ms)))} / #{f.(us.(m.(nn_latency, :p99_ms)))} µs"
+      ),
+      "",
+      "RakNet (scenario 4): #{f.(lat.p50_us)} / #{f.(lat.p99_us)} µs"
     ],
     [
       "7. send/3 from another process, 64 B unreliable",
@@ -1361,6 +1407,13 @@ results = %{
   scale: scale,
   mmo: %{players: mmo_players, expected_per_s: mmo_expected, runs: mmo},
   per_core: per_core,
+  nethernet: %{
+    one_way_messages_per_s: m.(nn_one_way, :messages_per_s),
+    echo_messages_per_s: m.(nn_echo, :messages_per_s),
+    rtt_1k_per_s_p50_ms: m.(nn_latency, :p50_ms),
+    rtt_1k_per_s_p99_ms: m.(nn_latency, :p99_ms),
+    runs: %{one_way: nn_one_way, echo: nn_echo, latency: nn_latency}
+  },
   seconds: System.monotonic_time(:second) - started
 }
 

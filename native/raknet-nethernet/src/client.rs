@@ -165,6 +165,11 @@ impl Client {
         Ok(server)
     }
 
+    /// Bytes that may wait to be sent before [`Client::send`] says `Full` (default 4 MiB).
+    pub fn set_max_buffered(&mut self, bytes: usize) {
+        self.max_buffered = bytes;
+    }
+
     /// The server's checked assertion, once an answer was taken.
     pub fn server_identity(&self) -> Option<&Identity> {
         self.server.as_ref()
@@ -236,6 +241,8 @@ impl Client {
     }
 
     fn drive(&mut self, now: Instant) {
+        // What SACKs made room for goes out in this round of output.
+        self.channels.feed(&mut self.rtc);
         loop {
             match self.rtc.poll_output() {
                 Ok(Output::Transmit(t)) => {

@@ -594,6 +594,8 @@ impl Host {
         let Some(session) = self.sessions.get_mut(&id) else {
             return;
         };
+        // What SACKs made room for goes out in this round of output.
+        session.channels.feed(&mut session.rtc);
         let deadline = loop {
             match session.rtc.poll_output() {
                 Ok(Output::Transmit(t)) => {
