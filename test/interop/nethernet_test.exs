@@ -109,6 +109,30 @@ defmodule RakNet.Interop.NetherNetTest do
     Enum.each(idle, &:gen_tcp.close/1)
   end
 
+  test "slow requests from many addresses give way to new ones when every slot is taken",
+       %{key_file: key_file} do
+    {server, _port, http} =
+      start_server(key_file, max_http_connections: 4, slow_request_ms: 0, http_timeout_ms: 30_000)
+
+    idle =
+      for i <- 2..5 do
+        {:ok, s} =
+          :gen_tcp.connect({127, 0, 0, 1}, http, [:binary, active: false, ip: {127, 0, 0, i}])
+
+        :ok = :gen_tcp.send(s, "GET /v1/jo")
+        s
+      end
+
+    # All four slots hold requests that never finish; a fifth address is still served, and
+    # one of the four lost its slot.
+    assert {200, _} = request(http, "GET /v1/join HTTP/1.1\r\n\r\n", {127, 0, 0, 9})
+    closed = Enum.count(idle, &match?({:error, :closed}, :gen_tcp.recv(&1, 0, 100)))
+    assert closed >= 1
+    assert %{evicted: evicted} = RakNet.Server.info(server).nethernet_signaling
+    assert evicted >= 1
+    Enum.each(idle, &:gen_tcp.close/1)
+  end
+
   test "offers per IP per second are limited", %{key_file: key_file} do
     {_server, _port, http} = start_server(key_file, offers_per_ip_per_sec: 2)
     statuses = for _ <- 1..6, do: elem(post(http, "v=0\r\n"), 0)

@@ -36,7 +36,9 @@ defmodule RakNet.NetherNet.Options do
       between answer and open data channels, at most.
     * `:offers_per_ip_per_sec` (5), `:max_http_connections` (64),
       `:max_http_connections_per_ip` (8), `:http_timeout_ms` (5 000): signaling's bounds (a
-      request not read in time is dropped; past a connection limit, 503).
+      request not read in time is dropped; past a connection limit, 503). When every slot
+      is taken, the request that has been arriving longest, if for over `:slow_request_ms`
+      (500), gives its slot to the new one.
   """
 
   @enforce_keys []
@@ -53,6 +55,7 @@ defmodule RakNet.NetherNet.Options do
             offers_per_ip_per_sec: 5,
             max_http_connections: 64,
             max_http_connections_per_ip: 8,
+            slow_request_ms: 500,
             http_timeout_ms: 5_000
 
   @type t :: %__MODULE__{}
@@ -144,6 +147,9 @@ defmodule RakNet.NetherNet.Options do
               :http_timeout_ms
             ],
        do: check(key, v, is_integer(v) and v > 0, "a positive integer")
+
+  defp validate(:slow_request_ms, v),
+    do: check(:slow_request_ms, v, is_integer(v) and v >= 0, "a non-negative integer")
 
   defp check(_key, value, true, _expected), do: value
 

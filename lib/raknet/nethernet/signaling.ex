@@ -60,6 +60,9 @@ defmodule RakNet.NetherNet.Signaling do
            count_players: count_players,
            max_players: max_players,
            active: %{},
+           evicted: 0,
+           refused: 0,
+           limited: 0,
            offers: %{},
            window: now_s()
          }}
@@ -69,21 +72,46 @@ defmodule RakNet.NetherNet.Signaling do
     end
   end
 
+  @doc """
+  Signaling's counters: `:port`, `:active` requests, and since it started `:refused` (503:
+  no slot for the address or in all), `:evicted` (slow requests that gave their slot to a
+  new one), `:offers_limited` (429).
+  """
+  @spec stats(pid()) :: map()
+  def stats(pid), do: GenServer.call(pid, :stats)
+
   @impl GenServer
   def handle_call(:port, _from, state), do: {:reply, state.port, state}
+
+  def handle_call(:stats, _from, state) do
+    stats = %{
+      port: state.port,
+      active: map_size(state.active),
+      refused: state.refused,
+      evicted: state.evicted,
+      offers_limited: state.limited
+    }
+
+    {:reply, stats, state}
+  end
 
   def handle_call({:status, status}, _from, state),
     do: {:reply, :ok, %{state | status: Map.merge(state.status, status)}}
 
-  # A connection accepted: served by a process of its own if there is room, in all and for
-  # its address (one address cannot hold every slot with requests it never finishes).
+  # A connection accepted: served by a process of its own if there is room for its address
+  # (one address cannot hold every slot with requests it never finishes) and in all. When
+  # every slot is taken, the one that has been reading its request longest gives way, if that
+  # is longer than `:slow_request_ms`: slow requests from many addresses cannot lock
+  # signaling up either, while requests that arrive at once (a client's takes a millisecond)
+  # are served.
   def handle_call({:accepted, socket, ip}, _from, state) do
-    per_ip = Enum.count(state.active, fn {_ref, {_pid, from}} -> from == ip end)
+    per_ip = Enum.count(state.active, fn {_ref, slot} -> slot.ip == ip end)
+    state = if per_ip < state.opts.max_http_connections_per_ip, do: make_room(state), else: state
 
     if map_size(state.active) >= state.opts.max_http_connections or
          per_ip >= state.opts.max_http_connections_per_ip do
       respond(state.transport, socket, 503, "text/plain", "busy")
-      {:reply, :closed, state}
+      {:reply, :closed, %{state | refused: state.refused + 1}}
     else
       context = %{
         transport: state.transport,
@@ -94,8 +122,20 @@ defmodule RakNet.NetherNet.Signaling do
       }
 
       {pid, ref} = spawn_monitor(fn -> serve(context) end)
-      {:reply, {:handover, pid}, %{state | active: Map.put(state.active, ref, {pid, ip})}}
+      slot = %{pid: pid, ip: ip, since: now_ms(), reading: true}
+      {:reply, {:handover, pid}, %{state | active: Map.put(state.active, ref, slot)}}
     end
+  end
+
+  # A request was read whole: its process no longer waits on the client.
+  def handle_call(:read, {pid, _}, state) do
+    active =
+      Map.new(state.active, fn
+        {ref, %{pid: ^pid} = slot} -> {ref, %{slot | reading: false}}
+        other -> other
+      end)
+
+    {:reply, :ok, %{state | active: active}}
   end
 
   # An offer from `ip`: within its rate?
@@ -104,7 +144,7 @@ defmodule RakNet.NetherNet.Signaling do
     count = Map.get(state.offers, ip, 0)
 
     if count >= state.opts.offers_per_ip_per_sec do
-      {:reply, :limited, state}
+      {:reply, :limited, %{state | limited: state.limited + 1}}
     else
       {:reply, :ok, %{state | offers: Map.put(state.offers, ip, count + 1)}}
     end
@@ -128,6 +168,29 @@ defmodule RakNet.NetherNet.Signaling do
   end
 
   defp now_s, do: System.monotonic_time(:second)
+  defp now_ms, do: System.monotonic_time(:millisecond)
+
+  # All slots taken: the request that has been reading longest (past :slow_request_ms) goes.
+  defp make_room(state) do
+    if map_size(state.active) < state.opts.max_http_connections do
+      state
+    else
+      cutoff = now_ms() - state.opts.slow_request_ms
+
+      state.active
+      |> Enum.filter(fn {_ref, slot} -> slot.reading and slot.since <= cutoff end)
+      |> Enum.min_by(fn {_ref, slot} -> slot.since end, fn -> nil end)
+      |> case do
+        nil ->
+          state
+
+        {ref, slot} ->
+          Process.demonitor(ref, [:flush])
+          Process.exit(slot.pid, :kill)
+          %{state | active: Map.delete(state.active, ref), evicted: state.evicted + 1}
+      end
+    end
+  end
 
   # -- accepting -------------------------------------------------------------------------
 
@@ -220,8 +283,10 @@ defmodule RakNet.NetherNet.Signaling do
     end
   end
 
-  defp handle_request(context, socket, %{method: :GET, path: "/v1/join"}, _deadline),
-    do: respond(context.transport, socket, 200, "application/json", context.status)
+  defp handle_request(context, socket, %{method: :GET, path: "/v1/join"}, _deadline) do
+    read(context)
+    respond(context.transport, socket, 200, "application/json", context.status)
+  end
 
   defp handle_request(context, socket, %{method: :POST, path: "/v1/join/" <> id} = req, deadline)
        when id != "" do
@@ -233,6 +298,7 @@ defmodule RakNet.NetherNet.Signaling do
          {:rate, :ok} <- {:rate, GenServer.call(context.server, {:offer, ip})},
          :ok <- setopts(transport, socket, packet: :raw),
          {:body, {:ok, body}} <- {:body, recv(transport, socket, len, deadline)} do
+      read(context)
       candidate = candidate(context.opts, transport, socket)
       tag = :erlang.unique_integer([:positive])
 
@@ -260,6 +326,9 @@ defmodule RakNet.NetherNet.Signaling do
 
   defp handle_request(context, socket, _request, _deadline),
     do: respond(context.transport, socket, 404, "text/plain", "not found")
+
+  # Tell signaling the request is read: its slot may no longer be given away.
+  defp read(context), do: GenServer.call(context.server, :read)
 
   defp header(%{headers: headers}, name, default),
     do: headers |> List.keyfind(name, 0, {name, default}) |> elem(1)

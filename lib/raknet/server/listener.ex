@@ -250,7 +250,8 @@ defmodule RakNet.Server.Listener do
       ipv6_port: port.(:inet6),
       connections: count,
       endpoints: Enum.map(infos, &elem(&1, 1)),
-      nethernet_port: state[:signaling] && RakNet.NetherNet.Signaling.port(state.signaling)
+      nethernet_port: state[:signaling] && RakNet.NetherNet.Signaling.port(state.signaling),
+      nethernet_signaling: state[:signaling] && RakNet.NetherNet.Signaling.stats(state.signaling)
     }
 
     {:reply, info, state}
