@@ -52,9 +52,13 @@ defimpl RakNet.Client, for: EchoServer.Player do
   def new(player, connection, _client_data) do
     {:ok, info} = RakNet.Connection.info(connection)
 
-    Logger.info(
-      "player connected from #{inspect(info.address)} (protocol #{info.protocol}, MTU #{info.mtu})"
-    )
+    how =
+      case info.transport do
+        :nethernet -> "NetherNet"
+        :raknet -> "RakNet protocol #{info.protocol}, MTU #{info.mtu}"
+      end
+
+    Logger.info("player connected from #{inspect(info.address)} (#{how})")
 
     EchoServer.Motd.join()
     %{player | connection: connection}
@@ -85,7 +89,13 @@ host6 = System.get_env("HOST6", "::1")
     offline_ping_response: EchoServer.Motd.motd(0, {port, port + 1}),
     # `mix raknet.load` opens all its connections from one address; a public server would
     # keep the default (128 per IP).
-    max_connections_per_ip: 20_000
+    max_connections_per_ip: 20_000,
+    # Bedrock's WebRTC transport beside RakNet: HTTP signaling on tcp PORT, sessions on the
+    # IPv4 UDP socket. The operator key is made at the first start and kept (clients pin it).
+    nethernet: [
+      key_file: Path.expand("../_build/nethernet_operator.pem", __DIR__),
+      status: %{name: "raknet echo server", version: "1.26.50"}
+    ]
   )
 
 info = RakNet.Server.info(server)
@@ -98,7 +108,8 @@ info = RakNet.Server.info(server)
   )
 
 IO.puts(
-  "raknet echo server on udp #{host}:#{info.ipv4_port} and [#{host6}]:#{info.ipv6_port}; Ctrl-C twice to stop"
+  "raknet echo server on udp #{host}:#{info.ipv4_port} and [#{host6}]:#{info.ipv6_port}, " <>
+    "NetherNet signaling on http://#{host}:#{info.nethernet_port}; Ctrl-C twice to stop"
 )
 
 # The server is linked to this script's process: keep it alive.

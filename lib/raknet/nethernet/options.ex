@@ -37,8 +37,9 @@ defmodule RakNet.NetherNet.Options do
     * `:offers_per_ip_per_sec` (5), `:max_http_connections` (64),
       `:max_http_connections_per_ip` (8), `:http_timeout_ms` (5 000): signaling's bounds (a
       request not read in time is dropped; past a connection limit, 503). When every slot
-      is taken, the request that has been arriving longest, if for over `:slow_request_ms`
-      (500), gives its slot to the new one.
+      is taken, the request that has been arriving longest gives its slot to the new one if
+      that is over `:slow_request_ms` (500), or at once when the new one comes from an
+      address that holds no slot.
   """
 
   @enforce_keys []

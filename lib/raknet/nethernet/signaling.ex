@@ -100,13 +100,17 @@ defmodule RakNet.NetherNet.Signaling do
 
   # A connection accepted: served by a process of its own if there is room for its address
   # (one address cannot hold every slot with requests it never finishes) and in all. When
-  # every slot is taken, the one that has been reading its request longest gives way, if that
-  # is longer than `:slow_request_ms`: slow requests from many addresses cannot lock
-  # signaling up either, while requests that arrive at once (a client's takes a millisecond)
-  # are served.
+  # every slot is taken, the request that has been arriving longest gives way if that is
+  # longer than `:slow_request_ms`, or at once for an address that holds no slot: slow
+  # requests from many addresses cannot lock signaling up, while requests that arrive at
+  # once (a client's takes a millisecond) are served.
   def handle_call({:accepted, socket, ip}, _from, state) do
     per_ip = Enum.count(state.active, fn {_ref, slot} -> slot.ip == ip end)
-    state = if per_ip < state.opts.max_http_connections_per_ip, do: make_room(state), else: state
+
+    state =
+      if per_ip < state.opts.max_http_connections_per_ip,
+        do: make_room(state, per_ip == 0),
+        else: state
 
     if map_size(state.active) >= state.opts.max_http_connections or
          per_ip >= state.opts.max_http_connections_per_ip do
@@ -170,12 +174,13 @@ defmodule RakNet.NetherNet.Signaling do
   defp now_s, do: System.monotonic_time(:second)
   defp now_ms, do: System.monotonic_time(:millisecond)
 
-  # All slots taken: the request that has been reading longest (past :slow_request_ms) goes.
-  defp make_room(state) do
+  # All slots taken: the request that has been reading longest goes, if past
+  # :slow_request_ms, or whatever its age for a `newcomer` (an address without a slot).
+  defp make_room(state, newcomer) do
     if map_size(state.active) < state.opts.max_http_connections do
       state
     else
-      cutoff = now_ms() - state.opts.slow_request_ms
+      cutoff = if newcomer, do: :infinity, else: now_ms() - state.opts.slow_request_ms
 
       state.active
       |> Enum.filter(fn {_ref, slot} -> slot.reading and slot.since <= cutoff end)

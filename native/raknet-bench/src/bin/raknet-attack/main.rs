@@ -117,9 +117,11 @@ enum Attack {
     FrameFlood,
     SlowReader,
     Spoof,
+    SignalFlood,
+    SignalSlow,
 }
 
-const ALL_ATTACKS: [Attack; 19] = [
+const ALL_ATTACKS: [Attack; 21] = [
     Attack::Baseline,
     Attack::Ocr2,
     Attack::Ocr2PlayersIp,
@@ -139,6 +141,8 @@ const ALL_ATTACKS: [Attack; 19] = [
     Attack::FrameFlood,
     Attack::SlowReader,
     Attack::Spoof,
+    Attack::SignalFlood,
+    Attack::SignalSlow,
 ];
 
 impl Attack {
@@ -163,6 +167,8 @@ impl Attack {
             Attack::FrameFlood => "frame-flood",
             Attack::SlowReader => "slow-reader",
             Attack::Spoof => "spoof",
+            Attack::SignalFlood => "signal-flood",
+            Attack::SignalSlow => "signal-slow",
         }
     }
 
@@ -329,12 +335,14 @@ mod attacks;
 mod legit;
 mod rawconn;
 mod report;
+mod signaling;
 mod util;
 
 use attacks::*;
 use legit::*;
 use rawconn::*;
 use report::*;
+use signaling::*;
 use util::*;
 
 async fn run(args: Args) -> Result<(), String> {

@@ -66,7 +66,9 @@ pub(crate) async fn run_attack(
     let rss_max = Rc::new(Cell::new(0u64));
     let t0 = Instant::now();
     let window = match attack {
-        Attack::Slowloris | Attack::SlowlorisNoAck | Attack::SlowReader => slow_duration,
+        Attack::Slowloris | Attack::SlowlorisNoAck | Attack::SlowReader | Attack::SignalSlow => {
+            slow_duration
+        }
         _ => duration,
     };
     let end = t0 + window;
@@ -102,6 +104,8 @@ pub(crate) async fn run_attack(
         Attack::FrameFlood => frame_flood(ctx, end, &traffic).await,
         Attack::SlowReader => slow_reader(ctx, end, &traffic).await,
         Attack::Spoof => spoof(ctx, end, &traffic, log).await,
+        Attack::SignalFlood => signal_flood(ctx, end, &traffic).await,
+        Attack::SignalSlow => signal_slow(ctx, end, &traffic).await,
     };
     let mut note = note.unwrap_or_else(|e| format!("attack failed: {e}"));
     if traffic.send_errors.get() > 0 {
