@@ -133,6 +133,44 @@ defmodule RakNet.Interop.NetherNetTest do
     Enum.each(idle, &:gen_tcp.close/1)
   end
 
+  # :ssl logs the plain-HTTP request's alert.
+  @tag capture_log: true
+  test "signaling over HTTPS", %{key_file: key_file} do
+    %{server_config: config} =
+      :public_key.pkix_test_data(%{
+        server_chain: %{
+          root: [key: {:namedCurve, :secp256r1}],
+          peer: [key: {:namedCurve, :secp256r1}]
+        },
+        client_chain: %{
+          root: [key: {:namedCurve, :secp256r1}],
+          peer: [key: {:namedCurve, :secp256r1}]
+        }
+      })
+
+    dir = Path.dirname(key_file)
+    File.mkdir_p!(dir)
+    certfile = Path.join(dir, "cert.pem")
+    keyfile = Path.join(dir, "key.pem")
+    File.write!(certfile, :public_key.pem_encode([{:Certificate, config[:cert], :not_encrypted}]))
+    {:ECPrivateKey, der} = config[:key]
+    File.write!(keyfile, :public_key.pem_encode([{:ECPrivateKey, der, :not_encrypted}]))
+
+    {_server, _port, http} = start_server(key_file, tls: [certfile: certfile, keyfile: keyfile])
+
+    # The test trusts the certificate it made: no chain to check against here.
+    {:ok, tls} =
+      :ssl.connect({127, 0, 0, 1}, http, [:binary, active: false, verify: :verify_none], 5_000)
+
+    :ok = :ssl.send(tls, "GET /v1/join HTTP/1.1\r\nhost: x\r\n\r\n")
+    {:ok, reply} = read_all_tls(tls, "")
+    assert reply =~ ~r{^HTTP/1.1 200 OK}
+    assert reply =~ ~s("maxPlayers")
+
+    # Plain HTTP to the TLS port gets nothing.
+    assert_raise MatchError, fn -> request(http, "GET /v1/join HTTP/1.1\r\n\r\n") end
+  end
+
   test "offers per IP per second are limited", %{key_file: key_file} do
     {_server, _port, http} = start_server(key_file, offers_per_ip_per_sec: 2)
     statuses = for _ <- 1..6, do: elem(post(http, "v=0\r\n"), 0)
@@ -178,6 +216,14 @@ defmodule RakNet.Interop.NetherNetTest do
     [head, body] = String.split(reply, "\r\n\r\n", parts: 2)
     ["HTTP/1.1", status | _] = String.split(head, " ")
     {String.to_integer(status), body}
+  end
+
+  defp read_all_tls(socket, acc) do
+    case :ssl.recv(socket, 0, 10_000) do
+      {:ok, data} -> read_all_tls(socket, acc <> data)
+      {:error, :closed} -> {:ok, acc}
+      {:error, _} = e -> e
+    end
   end
 
   defp read_all(socket, acc) do
