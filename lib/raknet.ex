@@ -105,6 +105,15 @@ defmodule RakNet do
       (PROXY protocol v2 on the handshake's datagrams or on every datagram, or Spectrum's
       SPP header on every datagram). For tests of servers behind proxies, and for proxies
       written in Elixir. The server must trust this side's address (its `:proxy_protocol`).
+    * `:transport` - `:raknet` (default) or `:nethernet`: Bedrock's WebRTC transport, its
+      offer sent to the server's HTTP signaling (`POST /v1/join/{id}`, plain HTTP) on
+      `:signaling_port` (default `port`); the server's identity assertion must verify (its
+      token self-signed by its `cpk`, the answer's fingerprints signed by the same key), and
+      `info/1` then carries its claims (`cpk` is the key a Minecraft client pins). Messages,
+      reliabilities and receipts as on a server's NetherNet connections (see the NetherNet
+      guide). Failures: `{:error, {:signaling, reason}}` (the TCP connection or the HTTP
+      exchange), `{:error, {:signaling, status, body}}` (refused),
+      `{:error, {:protocol_violation, why}}` (an answer whose assertion does not verify).
 
   An unknown option raises `ArgumentError`. Failures:
   `{:error, {:incompatible_protocol, server_version}}`,
@@ -122,9 +131,29 @@ defmodule RakNet do
           {:ok, pid() | reference()} | {:error, term()}
   def connect(host, port, opts \\ []) when is_integer(port) and port in 1..65_535 do
     # A misspelt option (`timout:`) raises instead of being ignored.
-    Keyword.validate!(opts, [:client, :timeout, :congestion_control, :proxy_header])
+    Keyword.validate!(opts, [
+      :client,
+      :timeout,
+      :congestion_control,
+      :proxy_header,
+      :transport,
+      :signaling_port
+    ])
+
     timeout = Keyword.get(opts, :timeout, 10_000)
     native = native_connect_opts(opts)
+
+    native =
+      case Keyword.get(opts, :transport, :raknet) do
+        :raknet ->
+          native
+
+        :nethernet ->
+          Map.put(native, :nethernet, Keyword.take(opts, [:signaling_port]) ++ [timeout: timeout])
+
+        other ->
+          raise ArgumentError, ":transport must be :raknet or :nethernet, got: #{inspect(other)}"
+      end
 
     with {:ok, ip} <- resolve(host) do
       connect_ip(ip, port, opts, native, timeout, [])
@@ -202,8 +231,7 @@ defmodule RakNet do
   end
 
   defp connect_raw({endpoint, native}, address, port, timeout) do
-    with {:ok, conn} <-
-           RakNet.Native.endpoint_connect(endpoint, address, port, self(), native) do
+    with {:ok, conn} <- open(endpoint, address, port, self(), native) do
       receive do
         {:raknet_connected, ^conn, _info} -> {:ok, conn}
         {:raknet_connect_failed, ^conn, reason} -> {:error, reason}
@@ -212,6 +240,18 @@ defmodule RakNet do
       end
     end
   end
+
+  @doc false
+  # Open a connection of either transport on `endpoint` for `owner`.
+  @spec open(reference(), String.t(), :inet.port_number(), pid(), map()) ::
+          {:ok, reference()} | {:error, term()}
+  def open(endpoint, address, port, owner, %{nethernet: opts} = _native) do
+    {:ok, ip} = :inet.parse_address(String.to_charlist(address))
+    RakNet.NetherNet.Connect.open(endpoint, ip, port, opts, owner, opts[:timeout])
+  end
+
+  def open(endpoint, address, port, owner, native),
+    do: RakNet.Native.endpoint_connect(endpoint, address, port, owner, native)
 
   # A connect that timed out: the close's own {:raknet_connect_failed, ...} (and any late
   # {:raknet_connected, ...}) goes to a process that drops it, not to the caller's mailbox.

@@ -429,7 +429,7 @@ defmodule RakNet.Connection do
   def init({:connect, {endpoint, native_opts}, host, port, spec, client_data}) do
     init_process()
 
-    case Native.endpoint_connect(endpoint, host, port, self(), native_opts) do
+    case RakNet.open(endpoint, host, port, self(), native_opts) do
       {:ok, conn} ->
         Process.put(:raknet_conn, conn)
         RakNet.Connection.Registry.register(conn, :client, %{})

@@ -125,6 +125,24 @@ defmodule RakNet.Native do
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  # A NetherNet session to a server, as a client: its offer, for the caller to take to the
+  # server's signaling; the answer goes to conn_nethernet_answer/2.
+  @spec endpoint_nethernet_connect(
+          reference(),
+          String.t(),
+          String.t(),
+          :inet.port_number(),
+          pid()
+        ) ::
+          {:ok, reference(), binary()} | {:error, atom()}
+  def endpoint_nethernet_connect(_endpoint, _local_ip, _host, _port, _owner),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec conn_nethernet_answer(reference(), binary()) :: :ok | {:error, atom()}
+  def conn_nethernet_answer(_conn, _answer), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec nethernet_generate_key() :: binary()
   def nethernet_generate_key, do: :erlang.nif_error(:nif_not_loaded)
 

@@ -51,6 +51,67 @@ defmodule RakNet.Interop.NetherNetTest do
     assert_receive {:client_received, _conn, 0, 99_999}, 5_000
   end
 
+  test "RakNet.connect(..., transport: :nethernet) speaks NetherNet to a server",
+       %{key_file: key_file} do
+    {_server, port, http} = start_server(key_file)
+    {:ok, jwk} = RakNet.Native.nethernet_key_jwk(File.read!(key_file))
+
+    assert {:ok, conn} =
+             RakNet.connect("127.0.0.1", port, transport: :nethernet, signaling_port: http)
+
+    # The server's assertion was checked; its key is the one to pin.
+    assert {:ok, %{transport: :nethernet, identity: %{claims: claims}}} =
+             RakNet.Connection.info(conn)
+
+    assert jwk =~ claims["cpk"]["x"] and jwk =~ claims["cpk"]["y"]
+    assert_receive {:client_new, _server_side, {:ok, %{transport: :nethernet}}}, 5_000
+
+    big = :binary.copy(<<7>>, 200_000)
+    assert {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0, big::binary>>)
+    assert_receive {:raknet, ^conn, 0, echoed, _transit}, 10_000
+    # (Compared here, not in the pattern: a failed match would print 200 KB.)
+    assert echoed == big
+    assert {:ok, nil} = RakNet.Connection.send(conn, :unreliable, "ping")
+    assert_receive {:raknet, ^conn, ?p, "ing", _transit}, 5_000
+
+    # Receipts need per-message acknowledgements, which data channels do not give.
+    assert {:error, :unsupported} = RakNet.Connection.send(conn, :reliable_ack_receipt, "x")
+
+    :ok = RakNet.Connection.close(conn)
+    assert_receive {:client_disconnect, _}, 5_000
+  end
+
+  test "RakNet.connect over NetherNet with a handler, and a refused offer",
+       %{key_file: key_file} do
+    {_server, port, http} = start_server(key_file)
+    client = {RakNet.Test.EchoClient, self()}
+
+    assert {:ok, pid} =
+             RakNet.connect("127.0.0.1", port,
+               transport: :nethernet,
+               signaling_port: http,
+               client: client
+             )
+
+    assert_receive {:client_new, ^pid}, 5_000
+    assert {:ok, %{transport: :nethernet}} = RakNet.Connection.info(pid)
+    RakNet.Connection.close(pid)
+
+    {:ok, jwk} = RakNet.Native.nethernet_key_jwk(RakNet.Native.nethernet_generate_key())
+    dir = Path.join(Path.dirname(key_file), "closed")
+
+    {_server, port, http} =
+      start_server(Path.join(dir, "key.pem"), client_auth: {:jwks, ~s({"keys":[#{jwk}]})})
+
+    assert {:error, {:signaling, 400, body}} =
+             RakNet.connect("127.0.0.1", port, transport: :nethernet, signaling_port: http)
+
+    assert body =~ "no a=identity"
+
+    assert {:error, {:signaling, :econnrefused}} =
+             RakNet.connect("127.0.0.1", port, transport: :nethernet, signaling_port: 1)
+  end
+
   test "the operator key is made once and kept; the answer's cpk is it", %{key_file: key_file} do
     {_server, _port, _http} = start_server(key_file)
     pem = File.read!(key_file)

@@ -241,7 +241,8 @@ impl Client {
     }
 
     fn drive(&mut self, now: Instant) {
-        // What SACKs made room for goes out in this round of output.
+        // Queued frames go to SCTP as it makes room; SACKs show in its buffered amount only
+        // once its output was polled, so the feeding goes on until a round feeds nothing.
         self.channels.feed(&mut self.rtc);
         loop {
             match self.rtc.poll_output() {
@@ -250,6 +251,9 @@ impl Client {
                         .push_back((t.destination, t.contents.to_vec()));
                 }
                 Ok(Output::Timeout(at)) => {
+                    if self.channels.feed(&mut self.rtc) {
+                        continue;
+                    }
                     self.timeout = Some(at);
                     break;
                 }

@@ -594,7 +594,8 @@ impl Host {
         let Some(session) = self.sessions.get_mut(&id) else {
             return;
         };
-        // What SACKs made room for goes out in this round of output.
+        // Queued frames go to SCTP as it makes room; SACKs show in its buffered amount only
+        // once its output was polled, so the feeding goes on until a round feeds nothing.
         session.channels.feed(&mut session.rtc);
         let deadline = loop {
             match session.rtc.poll_output() {
@@ -602,7 +603,12 @@ impl Host {
                     self.transmits
                         .push_back((t.destination, t.contents.to_vec()));
                 }
-                Ok(Output::Timeout(at)) => break at,
+                Ok(Output::Timeout(at)) => {
+                    if ended.is_none() && session.channels.feed(&mut session.rtc) {
+                        continue;
+                    }
+                    break at;
+                }
                 Ok(Output::Event(event)) => {
                     match on_event(session, id, event, &mut self.stats, &mut self.events) {
                         Outcome::Opened => self.negotiating -= 1,

@@ -405,7 +405,7 @@ fn start_endpoints<'a>(
                 Some(driver::NetherNet::hosted(host))
             }
             (None, Some(first)) if serves_nethernet => {
-                Some(driver::NetherNet::Forward(first.tx.clone()))
+                Some(driver::NetherNet::forward(first.tx.clone()))
             }
             (None, _) => None,
         };
@@ -479,6 +479,69 @@ fn endpoint_nethernet_offer<'a>(
         tag,
     };
     match endpoint.tx.send(cmd) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(_) => error(env, atoms::closed()),
+    }
+}
+
+/// Open a NetherNet session to a server as a client: `{:ok, conn, offer}`. `local_ip` is the
+/// address the offer names for this endpoint's socket (the one this host reaches the server
+/// from); the caller takes the offer to the server's signaling and hands its answer to
+/// `conn_nethernet_answer/2`; `owner` then gets `{:raknet_connected, conn, info}` or
+/// `{:raknet_connect_failed, conn, reason}`, as for `endpoint_connect`. Dirty: the session's
+/// DTLS certificate is made here.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn endpoint_nethernet_connect<'a>(
+    env: Env<'a>,
+    endpoint: ResourceArc<EndpointResource>,
+    local_ip: String,
+    host: String,
+    port: u16,
+    owner: LocalPid,
+) -> Term<'a> {
+    let (Some(local_ip), Some(server_ip)) = (parse_host(&local_ip), parse_host(&host)) else {
+        return error(env, atoms::einval());
+    };
+    if !endpoint.reaches(server_ip) || local_ip.is_ipv4() != server_ip.is_ipv4() {
+        return error(env, atoms::einval());
+    }
+    let local = SocketAddr::new(local_ip, endpoint.local.port());
+    let (client, offer) = match raknet_nethernet::client::Client::new(Instant::now(), local, None) {
+        Ok(made) => made,
+        Err(_) => return error(env, atoms::einval()),
+    };
+    let conn = ResourceArc::new(endpoint.new_nethernet_conn());
+    let cmd = Command::NetherNetConnect {
+        conn: conn.clone(),
+        client: Box::new(client),
+        server: SocketAddr::new(server_ip, port),
+        owner,
+    };
+    if endpoint.tx.send(cmd).is_err() {
+        return error(env, atoms::closed());
+    }
+    (atoms::ok(), conn, offer).encode(env)
+}
+
+/// The server's answer (the body of signaling's 200) to a session opened by
+/// `endpoint_nethernet_connect`: `:ok`; the outcome comes as a message.
+#[rustler::nif]
+fn conn_nethernet_answer<'a>(
+    env: Env<'a>,
+    conn: ResourceArc<ConnResource>,
+    answer: Binary<'a>,
+) -> Term<'a> {
+    if !conn.nethernet || answer.len() > raknet_nethernet::sdp::MAX_SDP {
+        return error(env, atoms::einval());
+    }
+    let Ok(answer) = std::str::from_utf8(answer.as_slice()) else {
+        return error(env, atoms::einval());
+    };
+    let cmd = Command::NetherNetAnswer {
+        key: conn.key,
+        answer: answer.to_owned(),
+    };
+    match conn.tx.send(cmd) {
         Ok(()) => atoms::ok().encode(env),
         Err(_) => error(env, atoms::closed()),
     }

@@ -372,4 +372,17 @@ pub(crate) enum Command {
         from: SocketAddr,
         data: Bytes,
     },
+    /// A NetherNet session opened as a client (`endpoint_nethernet_connect`): its offer went
+    /// back to the caller, who takes it to the server's signaling.
+    NetherNetConnect {
+        conn: ResourceArc<ConnResource>,
+        client: Box<raknet_nethernet::client::Client>,
+        server: SocketAddr,
+        owner: LocalPid,
+    },
+    /// The server's answer to a client session's offer.
+    NetherNetAnswer {
+        key: u64,
+        answer: String,
+    },
 }

@@ -46,7 +46,7 @@ fn stun_username_names_our_session() {
 }
 
 /// Run the host and `client` until `done` or 30 virtual seconds pass, one datagram at a time
-/// (as a socket loop does); the events of both are collected.
+/// and each timer when due (as a socket loop does); the events of both are collected.
 fn run(
     now: &mut Instant,
     host: &mut Host,
@@ -80,15 +80,22 @@ fn run(
         if moved {
             continue;
         }
-        let next = [client.poll_timeout(), host.poll_timeout()]
+        // Nothing moved: on to the earliest timer, and only the side it is due on runs it
+        // (as an event loop does; running both at every step hid a stall once).
+        let Some(next) = [client.poll_timeout(), host.poll_timeout()]
             .into_iter()
             .flatten()
             .min()
-            .unwrap_or(*now + Duration::from_millis(50))
-            .max(*now + Duration::from_millis(1));
-        *now = next.min(*now + Duration::from_millis(50));
-        client.handle_timeout(*now);
-        host.handle_timeout(*now);
+        else {
+            break;
+        };
+        *now = next.max(*now);
+        if client.poll_timeout().is_some_and(|t| t <= *now) {
+            client.handle_timeout(*now);
+        }
+        if host.poll_timeout().is_some_and(|t| t <= *now) {
+            host.handle_timeout(*now);
+        }
     }
 }
 

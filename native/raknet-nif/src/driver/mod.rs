@@ -271,7 +271,12 @@ impl Driver {
         while let Some(event) = self.endpoint.poll_event() {
             self.deferred.push_back(event);
         }
-        let earlier = match (self.endpoint.poll_timeout(), self.armed) {
+        // NetherNet's timers too: a send on a session may arm one earlier than the thread's.
+        let next = [self.endpoint.poll_timeout(), self.nethernet_deadline()]
+            .into_iter()
+            .flatten()
+            .min();
+        let earlier = match (next, self.armed) {
             (Some(timer), Some(armed)) => timer < armed,
             (Some(_), None) => true,
             (None, _) => false,
@@ -560,6 +565,13 @@ impl Driver {
                 tag,
             } => self.nethernet_offer(now, &sdp, candidate, reply_to, tag),
             Command::NetherNetDatagram { from, data } => self.nethernet_forwarded(now, from, &data),
+            Command::NetherNetConnect {
+                conn,
+                client,
+                server,
+                owner,
+            } => self.nethernet_connect(conn, client, server, owner),
+            Command::NetherNetAnswer { key, answer } => self.nethernet_answer(now, key, &answer),
             Command::Stop(linger) => {
                 if self.stop_deadline.is_none() {
                     self.nethernet_shutdown(now);

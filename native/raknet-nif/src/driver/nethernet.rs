@@ -1,16 +1,23 @@
-//! NetherNet beside RakNet on an endpoint's socket.
+//! NetherNet beside RakNet on an endpoint's socket, in both roles.
 //!
-//! The sessions of a server live on one endpoint thread of its group (its first): the
-//! kernel spreads a client's datagrams over the group's sockets by address, and an offer is
-//! answered before its client's address is known, so the other threads hand the WebRTC
+//! **Server.** The sessions of a server live on one endpoint thread of its group (its first):
+//! the kernel spreads a client's datagrams over the group's sockets by address, and an offer
+//! is answered before its client's address is known, so the other threads hand the WebRTC
 //! datagrams they read (told apart by their first bytes, `raknet_nethernet::host::classify`)
-//! to that one. There the host's sessions take ids from [`ConnId::external`] and their events
-//! become the engine's [`Event`]s: one connection contract, so delivery, owners, batching,
-//! closes and telemetry are the same code for both transports.
+//! to that one.
+//!
+//! **Client.** `RakNet.connect(..., transport: :nethernet)` makes a session on a client
+//! endpoint (`endpoint_nethernet_connect`); the application carries the offer and answer over
+//! HTTP.
+//!
+//! Either way a session takes an id from [`ConnId::external`] and its events become the
+//! engine's [`Event`]s: one connection contract, so delivery, owners, batching, closes and
+//! telemetry are the same code for both transports.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use raknet_nethernet::client::{Client, ClientEvent};
 use raknet_nethernet::host::{self, CloseReason, Host, HostEvent, Kind, SessionId};
 use raknet_proto::Reliability;
 
@@ -19,47 +26,60 @@ use rustler::Env;
 use super::*;
 use crate::resource::CommandTx;
 
-/// How an endpoint takes part in NetherNet.
-pub(crate) enum NetherNet {
-    /// This thread hosts the server's sessions.
-    Hosted(Box<Hosted>),
-    /// Another endpoint of the group hosts them: WebRTC datagrams go to it.
-    Forward(CommandTx),
+/// An endpoint's part in NetherNet.
+#[derive(Default)]
+pub(crate) struct NetherNet {
+    /// The server's sessions, when this thread hosts them.
+    hosted: Option<Box<Hosted>>,
+    /// Another endpoint of the group hosts them: datagrams for them go there.
+    forward: Option<CommandTx>,
+    /// Sessions this endpoint opened as a client.
+    clients: HashMap<ConnId, Outgoing>,
+    /// The last [`ConnId::external`] serial given.
+    serial: u64,
 }
 
-/// The sessions, and their ids in the connection contract.
-pub(crate) struct Hosted {
+/// The server's sessions, and their ids in the connection contract.
+struct Hosted {
     host: Host,
     conns: HashMap<SessionId, ConnId>,
     sessions: HashMap<ConnId, SessionId>,
-    serial: u64,
     /// Datagrams other endpoints of the group handed over.
     forwarded: u64,
 }
 
+/// A session opened as a client.
+struct Outgoing {
+    client: Box<Client>,
+    /// The server's UDP address, as the application named it.
+    server: SocketAddr,
+}
+
 impl NetherNet {
+    /// Hosting a server's sessions.
     pub(crate) fn hosted(host: Host) -> Self {
-        Self::Hosted(Box::new(Hosted {
-            host,
-            conns: HashMap::new(),
-            sessions: HashMap::new(),
-            serial: 0,
-            forwarded: 0,
-        }))
-    }
-
-    fn hosted_mut(&mut self) -> Option<&mut Hosted> {
-        match self {
-            Self::Hosted(h) => Some(h),
-            Self::Forward(_) => None,
+        Self {
+            hosted: Some(Box::new(Hosted {
+                host,
+                conns: HashMap::new(),
+                sessions: HashMap::new(),
+                forwarded: 0,
+            })),
+            ..Self::default()
         }
     }
 
-    fn hosted_ref(&self) -> Option<&Hosted> {
-        match self {
-            Self::Hosted(h) => Some(h),
-            Self::Forward(_) => None,
+    /// Handing the server's datagrams to the endpoint that hosts its sessions.
+    pub(crate) fn forward(to: CommandTx) -> Self {
+        Self {
+            forward: Some(to),
+            ..Self::default()
         }
+    }
+
+    fn next_id(&mut self) -> ConnId {
+        self.serial += 1;
+        ConnId::external(self.serial)
     }
 }
 
@@ -77,36 +97,57 @@ pub(crate) fn reliable_channel(reliability: Reliability) -> bool {
     )
 }
 
+fn disconnect_reason(reason: CloseReason) -> DisconnectReason {
+    match reason {
+        CloseReason::Timeout => DisconnectReason::Timeout,
+        CloseReason::PeerClosed => DisconnectReason::PeerClosed,
+        CloseReason::LocalClose => DisconnectReason::LocalClose,
+        CloseReason::Failed => DisconnectReason::ProtocolViolation("WebRTC (DTLS or SCTP) failed"),
+    }
+}
+
 impl Driver {
     fn hosted(&mut self) -> Option<&mut Hosted> {
-        self.nethernet.as_mut().and_then(NetherNet::hosted_mut)
+        self.nethernet
+            .as_mut()
+            .and_then(|n| n.hosted.as_deref_mut())
     }
 
-    /// Take a datagram if it is NetherNet's (STUN or DTLS) and this endpoint serves
-    /// NetherNet; `false`: it is the engine's.
+    fn hosted_ref(&self) -> Option<&Hosted> {
+        self.nethernet.as_ref().and_then(|n| n.hosted.as_deref())
+    }
+
+    /// Take a datagram if it is NetherNet's (STUN or DTLS) and a session of this endpoint's,
+    /// or of the server it serves, wants it; `false`: it is the engine's.
     pub(super) fn nethernet_datagram(
         &mut self,
         now: Instant,
         from: SocketAddr,
         data: &[u8],
     ) -> bool {
-        let Some(nethernet) = &mut self.nethernet else {
+        let Some(n) = &mut self.nethernet else {
             return false;
         };
         if host::classify(data) == Kind::Other {
             return false;
         }
         let from = raknet_proto::addr::unmap(from);
-        match nethernet {
-            NetherNet::Hosted(h) => {
-                h.host.handle(now, from, data);
-            }
-            NetherNet::Forward(tx) => {
-                let data = Bytes::copy_from_slice(data);
-                let _ = tx.send(Command::NetherNetDatagram { from, data });
-            }
+        if n.clients
+            .values_mut()
+            .any(|o| o.client.handle(now, from, data))
+        {
+            return true;
         }
-        true
+        if let Some(h) = &mut n.hosted {
+            h.host.handle(now, from, data);
+            return true;
+        }
+        if let Some(tx) = &n.forward {
+            let data = Bytes::copy_from_slice(data);
+            let _ = tx.send(Command::NetherNetDatagram { from, data });
+            return true;
+        }
+        false
     }
 
     /// A datagram another endpoint of the group handed over.
@@ -149,7 +190,51 @@ impl Driver {
         });
     }
 
-    /// Send on a session: `Err` when the host refused (counted as the connection's drop).
+    /// A session opened as a client (its offer is on its way to the server).
+    pub(super) fn nethernet_connect(
+        &mut self,
+        conn: ResourceArc<ConnResource>,
+        client: Box<Client>,
+        server: SocketAddr,
+        owner: LocalPid,
+    ) {
+        let n = self.nethernet.get_or_insert_with(NetherNet::default);
+        let id = n.next_id();
+        n.clients.insert(id, Outgoing { client, server });
+        self.keys.insert(conn.key, id);
+        self.conns
+            .insert(id, Slot::new(conn, Some(owner), Role::Client));
+    }
+
+    /// The server's answer to a client session's offer; a bad one ends the attempt.
+    pub(super) fn nethernet_answer(&mut self, now: Instant, key: u64, answer: &str) {
+        let Some(&id) = self.keys.get(&key) else {
+            return;
+        };
+        let Some(outgoing) = self.nethernet.as_mut().and_then(|n| n.clients.get_mut(&id)) else {
+            return;
+        };
+        if let Err(e) = outgoing.client.accept_answer(now, unix_now(), answer) {
+            let why = match e {
+                raknet_nethernet::client::AnswerError::Identity(_) => {
+                    "the server's identity assertion does not verify"
+                }
+                _ => "the server's answer was refused",
+            };
+            outgoing.client.close(now);
+            // The client's own end (LocalClose) is replaced by why the attempt failed.
+            while outgoing.client.poll_event().is_some() {}
+            if let Some(n) = &mut self.nethernet {
+                n.clients.remove(&id);
+            }
+            self.event(Event::Disconnected {
+                conn: id,
+                reason: DisconnectReason::ProtocolViolation(why),
+            });
+        }
+    }
+
+    /// Send on a session: `Err` when it refused (counted as the connection's drop).
     pub(super) fn nethernet_send(
         &mut self,
         now: Instant,
@@ -157,14 +242,24 @@ impl Driver {
         data: &[u8],
         reliability: Reliability,
     ) -> Result<(), host::SendError> {
-        let h = self.hosted().ok_or(host::SendError::Closed)?;
+        let n = self.nethernet.as_mut().ok_or(host::SendError::Closed)?;
+        let reliable = reliable_channel(reliability);
+        if let Some(o) = n.clients.get_mut(&conn) {
+            return o.client.send(now, reliable, data);
+        }
+        let h = n.hosted.as_deref_mut().ok_or(host::SendError::Closed)?;
         let &id = h.sessions.get(&conn).ok_or(host::SendError::Closed)?;
-        h.host.send(now, id, reliable_channel(reliability), data)
+        h.host.send(now, id, reliable, data)
     }
 
     /// Close a session (its `Disconnected` follows through [`Driver::nethernet_events`]).
     pub(super) fn nethernet_close(&mut self, now: Instant, conn: ConnId) {
-        if let Some(h) = self.hosted() {
+        let Some(n) = &mut self.nethernet else {
+            return;
+        };
+        if let Some(o) = n.clients.get_mut(&conn) {
+            o.client.close(now);
+        } else if let Some(h) = &mut n.hosted {
             if let Some(&id) = h.sessions.get(&conn) {
                 h.host.close(now, id);
             }
@@ -173,7 +268,13 @@ impl Driver {
 
     /// Close every session (the endpoint stops).
     pub(super) fn nethernet_shutdown(&mut self, now: Instant) {
-        if let Some(h) = self.hosted() {
+        let Some(n) = &mut self.nethernet else {
+            return;
+        };
+        for o in n.clients.values_mut() {
+            o.client.close(now);
+        }
+        if let Some(h) = &mut n.hosted {
             let ids: Vec<SessionId> = h.conns.keys().copied().collect();
             for id in ids {
                 h.host.close(now, id);
@@ -181,25 +282,45 @@ impl Driver {
         }
     }
 
-    /// Run the host's timers.
+    /// Run the sessions' timers.
     pub(super) fn nethernet_timeout(&mut self, now: Instant) {
-        if let Some(h) = self.hosted() {
+        let Some(n) = &mut self.nethernet else {
+            return;
+        };
+        for o in n.clients.values_mut() {
+            if o.client.poll_timeout().is_some_and(|t| t <= now) {
+                o.client.handle_timeout(now);
+            }
+        }
+        if let Some(h) = &mut n.hosted {
             h.host.handle_timeout(now);
         }
     }
 
-    /// When the host's next timer is due.
+    /// When the sessions' next timer is due.
     pub(super) fn nethernet_deadline(&mut self) -> Option<Instant> {
-        self.hosted().and_then(|h| h.host.poll_timeout())
+        let n = self.nethernet.as_mut()?;
+        let clients = n
+            .clients
+            .values()
+            .filter_map(|o| o.client.poll_timeout())
+            .min();
+        let host = n.hosted.as_mut().and_then(|h| h.host.poll_timeout());
+        clients.into_iter().chain(host).min()
     }
 
-    /// The host's next datagram.
+    /// The sessions' next datagram.
     pub(super) fn nethernet_poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
-        self.hosted().and_then(|h| h.host.poll_transmit())
+        let n = self.nethernet.as_mut()?;
+        n.clients
+            .values_mut()
+            .find_map(|o| o.client.poll_transmit())
+            .or_else(|| n.hosted.as_mut().and_then(|h| h.host.poll_transmit()))
     }
 
-    /// Deliver the host's events as the engine's.
+    /// Deliver the sessions' events as the engine's.
     pub(super) fn nethernet_events(&mut self) {
+        self.nethernet_client_events();
         loop {
             let Some(h) = self.hosted() else {
                 return;
@@ -209,11 +330,15 @@ impl Driver {
             };
             match event {
                 HostEvent::Connected { id, addr, identity } => {
-                    h.serial += 1;
-                    let conn = ConnId::external(h.serial);
-                    h.conns.insert(id, conn);
-                    h.sessions.insert(conn, id);
-                    self.nethernet_connected(conn, addr, identity);
+                    let Some(n) = self.nethernet.as_mut() else {
+                        return;
+                    };
+                    let conn = n.next_id();
+                    if let Some(h) = n.hosted.as_deref_mut() {
+                        h.conns.insert(id, conn);
+                        h.sessions.insert(conn, id);
+                    }
+                    self.nethernet_accepted(conn, addr, identity);
                 }
                 HostEvent::Message { id, payload, .. } => {
                     if let Some(&conn) = h.conns.get(&id) {
@@ -227,14 +352,7 @@ impl Driver {
                 HostEvent::Disconnected { id, reason } => {
                     if let Some(conn) = h.conns.remove(&id) {
                         h.sessions.remove(&conn);
-                        let reason = match reason {
-                            CloseReason::Timeout => DisconnectReason::Timeout,
-                            CloseReason::PeerClosed => DisconnectReason::PeerClosed,
-                            CloseReason::LocalClose => DisconnectReason::LocalClose,
-                            CloseReason::Failed => {
-                                DisconnectReason::ProtocolViolation("WebRTC (DTLS or SCTP) failed")
-                            }
-                        };
+                        let reason = disconnect_reason(reason);
                         self.event(Event::Disconnected { conn, reason });
                     }
                 }
@@ -242,8 +360,59 @@ impl Driver {
         }
     }
 
-    /// A session opened: a connection for the owner, as the engine's `Connected` makes.
-    fn nethernet_connected(
+    /// The client sessions' events.
+    fn nethernet_client_events(&mut self) {
+        let Some(n) = &mut self.nethernet else {
+            return;
+        };
+        let mut events = Vec::new();
+        n.clients.retain(|&id, o| {
+            let mut ended = false;
+            while let Some(event) = o.client.poll_event() {
+                ended |= matches!(event, ClientEvent::Disconnected { .. });
+                events.push((id, o.server, event));
+            }
+            !ended
+        });
+        for (conn, server, event) in events {
+            match event {
+                ClientEvent::Connected => self.nethernet_client_connected(conn, server),
+                ClientEvent::Message { payload, .. } => self.event(Event::Message {
+                    conn,
+                    payload: Bytes::from(payload),
+                    transit: Duration::ZERO,
+                }),
+                ClientEvent::Disconnected { reason } => self.event(Event::Disconnected {
+                    conn,
+                    reason: disconnect_reason(reason),
+                }),
+            }
+        }
+    }
+
+    /// A client session's channels opened: `{:raknet_connected, conn, info}`, as for RakNet.
+    fn nethernet_client_connected(&mut self, conn: ConnId, server: SocketAddr) {
+        let identity = self
+            .nethernet
+            .as_ref()
+            .and_then(|n| n.clients.get(&conn))
+            .and_then(|o| o.client.server_identity().cloned());
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        slot.connected = true;
+        let (res, owner) = (slot.res.clone(), slot.owner);
+        if let Some(pid) = owner {
+            let _ = self.env.send_and_clear(&pid, |env| {
+                let info = convert::nethernet_info(env, server, identity.as_ref());
+                (atoms::raknet_connected(), res, info).encode(env)
+            });
+        }
+    }
+
+    /// A server session opened: a connection for the owner, as the engine's `Connected`
+    /// makes.
+    fn nethernet_accepted(
         &mut self,
         conn: ConnId,
         addr: SocketAddr,
@@ -269,7 +438,7 @@ impl Driver {
 
     /// `endpoint_info`'s `nethernet` entry (`nil` where this thread hosts no sessions).
     pub(super) fn nethernet_info_term<'a>(&self, env: Env<'a>) -> Term<'a> {
-        let Some(h) = self.nethernet.as_ref().and_then(NetherNet::hosted_ref) else {
+        let Some(h) = self.hosted_ref() else {
             return atoms::nil().encode(env);
         };
         let s = h.host.stats();
@@ -289,7 +458,15 @@ impl Driver {
 
     /// `conn_info` for a session.
     pub(super) fn nethernet_conn_info<'a>(&self, env: Env<'a>, conn: ConnId) -> Option<Term<'a>> {
-        let h = self.nethernet.as_ref().and_then(NetherNet::hosted_ref)?;
+        let n = self.nethernet.as_ref()?;
+        if let Some(o) = n.clients.get(&conn) {
+            return Some(convert::nethernet_info(
+                env,
+                o.server,
+                o.client.server_identity(),
+            ));
+        }
+        let h = n.hosted.as_deref()?;
         let &id = h.sessions.get(&conn)?;
         let (addr, identity) = h.host.session(id)?;
         Some(convert::nethernet_info(env, addr, identity))
