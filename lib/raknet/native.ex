@@ -112,16 +112,18 @@ defmodule RakNet.Native do
 
   @doc false
   # Answer a NetherNet offer on the endpoint hosting the server's sessions; the answer comes
-  # as {:raknet_nethernet_answer, tag, {:ok, sdp} | {:error, reason}} to `reply_to`.
+  # as {:raknet_nethernet_answer, tag, {:ok, sdp} | {:error, reason}} to `reply_to`. `peer`:
+  # who sent it, for its address's share of negotiations.
   @spec endpoint_nethernet_offer(
           reference(),
           binary(),
+          String.t() | nil,
           String.t() | nil,
           pid(),
           non_neg_integer()
         ) ::
           :ok | {:error, atom()}
-  def endpoint_nethernet_offer(_endpoint, _sdp, _candidate, _reply_to, _tag),
+  def endpoint_nethernet_offer(_endpoint, _sdp, _candidate, _peer, _reply_to, _tag),
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

@@ -420,6 +420,17 @@ defmodule RakNet.Server do
   def set_query_info(server, info) when is_map(info), do: call(server, {:set_query_info, info})
 
   @doc """
+  Replaces fields of the status NetherNet's `GET /v1/join` answers (the `:status` of the
+  `:nethernet` option: `:name`, `:protocol`, `:version`, `:level`, `:game_type`,
+  `:max_players`; `players` is always the server's connection count). `{:error,
+  :no_nethernet}` for a server started without `:nethernet`.
+  """
+  @spec set_nethernet_status(Supervisor.supervisor(), map()) ::
+          :ok | {:error, :no_nethernet | :stopping}
+  def set_nethernet_status(server, status) when is_map(status),
+    do: call(server, {:set_nethernet_status, status})
+
+  @doc """
   The current Unix time in milliseconds, minus `offset`; X-Plane's `RakNet.Server.timestamp/1`.
 
       iex> RakNet.Server.timestamp() > 1_600_000_000_000

@@ -134,12 +134,17 @@ defmodule RakNet.Interop.NetherNetTest do
 
   test "signaling answers status, refuses what is not an offer, and bounds requests",
        %{key_file: key_file} do
-    {_server, _port, http} = start_server(key_file, status: %{name: "Test", max_players: 7})
+    {server, _port, http} = start_server(key_file, status: %{name: "Test", max_players: 7})
 
     assert {200, body} = request(http, "GET /v1/join HTTP/1.1\r\nhost: x\r\n\r\n")
 
     assert body ==
              ~s({"gameType":0,"level":"","maxPlayers":7,"name":"Test","players":0,"protocol":0,"version":""})
+
+    :ok = RakNet.Server.set_nethernet_status(server, %{name: "Renamed", level: "world"})
+    assert {200, body} = request(http, "GET /v1/join HTTP/1.1\r\n\r\n")
+    assert body =~ ~s("level":"world") and body =~ ~s("name":"Renamed")
+    assert body =~ ~s("maxPlayers":7)
 
     assert {404, _} = request(http, "GET /nope HTTP/1.1\r\n\r\n")
     assert {400, reason} = post(http, "v=0\r\nnot an offer\r\n")
@@ -259,6 +264,10 @@ defmodule RakNet.Interop.NetherNetTest do
     assert_raise ArgumentError, ~r/unknown :nethernet option :nope/, fn ->
       RakNet.Server.Config.new(ChannelEcho, 0, nethernet: [nope: 1])
     end
+
+    {server, _port} = RakNet.Test.Server.start!(ChannelEcho)
+    assert {:error, :no_nethernet} = RakNet.Server.set_nethernet_status(server, %{name: "x"})
+    assert RakNet.Server.info(server).nethernet_port == nil
   end
 
   defp post(port, body) do

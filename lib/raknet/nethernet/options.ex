@@ -32,8 +32,9 @@ defmodule RakNet.NetherNet.Options do
       `:max_connections`).
     * `:tls` - `[certfile: path, keyfile: path]`: signaling over HTTPS (clients then trust the
       certificate and show no key prompt). Default `nil`: plain HTTP.
-    * `:max_sessions` (1 024), `:max_negotiating` (128): NetherNet sessions, and sessions
-      between answer and open data channels, at most.
+    * `:max_sessions` (1 024), `:max_negotiating` (128), `:max_negotiating_per_ip` (4):
+      NetherNet sessions, and sessions between answer and open data channels, in all and
+      for offers from one address, at most.
     * `:offers_per_ip_per_sec` (5), `:max_http_connections` (64),
       `:max_http_connections_per_ip` (8), `:http_timeout_ms` (5 000): signaling's bounds (a
       request not read in time is dropped; past a connection limit, 503). When every slot
@@ -53,6 +54,7 @@ defmodule RakNet.NetherNet.Options do
             tls: nil,
             max_sessions: 1024,
             max_negotiating: 128,
+            max_negotiating_per_ip: 4,
             offers_per_ip_per_sec: 5,
             max_http_connections: 64,
             max_http_connections_per_ip: 8,
@@ -142,6 +144,7 @@ defmodule RakNet.NetherNet.Options do
        when key in [
               :max_sessions,
               :max_negotiating,
+              :max_negotiating_per_ip,
               :offers_per_ip_per_sec,
               :max_http_connections,
               :max_http_connections_per_ip,
@@ -195,7 +198,8 @@ defmodule RakNet.NetherNet.Options do
       domain: o.domain,
       client_auth: o.client_auth,
       max_sessions: o.max_sessions,
-      max_negotiating: o.max_negotiating
+      max_negotiating: o.max_negotiating,
+      max_negotiating_per_ip: o.max_negotiating_per_ip
     }
   end
 end

@@ -307,7 +307,16 @@ defmodule RakNet.NetherNet.Signaling do
       candidate = candidate(context.opts, transport, socket)
       tag = :erlang.unique_integer([:positive])
 
-      case RakNet.Native.endpoint_nethernet_offer(context.endpoint, body, candidate, self(), tag) do
+      peer = ip |> :inet.ntoa() |> to_string()
+
+      case RakNet.Native.endpoint_nethernet_offer(
+             context.endpoint,
+             body,
+             candidate,
+             peer,
+             self(),
+             tag
+           ) do
         :ok ->
           receive do
             {:raknet_nethernet_answer, ^tag, {:ok, answer}} ->

@@ -122,6 +122,10 @@ defmodule RakNet.Server.Listener do
       end
     end
 
+    with %{signaling: pid} <- state,
+         %{} = status <- overrides[:nethernet_status],
+         do: RakNet.NetherNet.Signaling.set_status(pid, status)
+
     case overrides[:max_connections] do
       nil -> state
       max -> %{state | config: %{state.config | max_connections: max}}
@@ -271,6 +275,21 @@ defmodule RakNet.Server.Listener do
 
       error ->
         {:reply, error, state}
+    end
+  end
+
+  def handle_call({:set_nethernet_status, status}, _from, state) do
+    case state do
+      %{signaling: pid} ->
+        remember(
+          state,
+          &Map.update(&1, :nethernet_status, status, fn s -> Map.merge(s, status) end)
+        )
+
+        {:reply, RakNet.NetherNet.Signaling.set_status(pid, status), state}
+
+      _ ->
+        {:reply, {:error, :no_nethernet}, state}
     end
   end
 

@@ -54,7 +54,7 @@ fn main() -> std::io::Result<()> {
         let now = Instant::now();
         while let Ok((offer, reply)) = offer_rx.try_recv() {
             let answer = host
-                .accept_offer(now, unix_now(), &offer, &[])
+                .accept_offer(now, unix_now(), &offer, &[], None)
                 .map(|(_, answer)| answer)
                 .map_err(|e| e.to_string());
             let _ = reply.send(answer);

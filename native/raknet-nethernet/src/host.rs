@@ -9,7 +9,7 @@ use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,8 @@ pub struct HostConfig {
     pub max_sessions: usize,
     /// Sessions negotiating (answer sent, channels not yet open) at most.
     pub max_negotiating: usize,
+    /// Sessions negotiating for offers from one address (signaling's peer) at most.
+    pub max_negotiating_per_ip: usize,
     /// A session whose reliable channel has not opened by then is dropped.
     pub negotiation_timeout: Duration,
     /// An open session that received nothing for this long ends (`Timeout`).
@@ -107,6 +109,7 @@ impl Default for HostConfig {
             candidates: Vec::new(),
             max_sessions: 1024,
             max_negotiating: 128,
+            max_negotiating_per_ip: 4,
             negotiation_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(20),
             max_message: 4 * 1024 * 1024,
@@ -131,6 +134,8 @@ pub enum OfferError {
     Full,
     /// `max_negotiating` sessions are negotiating.
     Busy,
+    /// `max_negotiating_per_ip` sessions are negotiating for the offer's address.
+    AddressBusy,
 }
 
 impl fmt::Display for OfferError {
@@ -141,6 +146,7 @@ impl fmt::Display for OfferError {
             Self::Rejected(e) => write!(f, "offer rejected: {e}"),
             Self::Full => f.write_str("server full"),
             Self::Busy => f.write_str("too many negotiations under way"),
+            Self::AddressBusy => f.write_str("too many negotiations under way for this address"),
         }
     }
 }
@@ -235,6 +241,8 @@ struct Session {
     timeout: Instant,
     /// [`Host::close`] was called: the end is reported as `LocalClose`.
     closing: bool,
+    /// Who sent the offer, counted in `negotiating_by_ip` until the session opens or ends.
+    offered_by: Option<IpAddr>,
 }
 
 /// Many sessions on one socket.
@@ -249,6 +257,7 @@ pub struct Host {
     timers: BinaryHeap<Reverse<(Instant, SessionId)>>,
     next_id: u64,
     negotiating: usize,
+    negotiating_by_ip: HashMap<IpAddr, usize>,
     transmits: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<HostEvent>,
     stats: HostStats,
@@ -289,6 +298,7 @@ impl Host {
             timers: BinaryHeap::new(),
             next_id: 1,
             negotiating: 0,
+            negotiating_by_ip: HashMap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: HostStats::default(),
@@ -323,18 +333,20 @@ impl Host {
     /// Answer an offer (the body of `POST /v1/join/{id}`). `now_unix` dates the server's
     /// token and checks the client's. `candidates`: the addresses the answer names (e.g. the
     /// one the client reached signaling at, with the UDP port); none: the configured ones.
+    /// `from`: who sent the offer (signaling's peer), for its share of negotiations.
     pub fn accept_offer(
         &mut self,
         now: Instant,
         now_unix: u64,
         offer: &str,
         candidates: &[SocketAddr],
+        from: Option<IpAddr>,
     ) -> Result<(SessionId, String), OfferError> {
         let candidates = match candidates {
             [] => self.config.candidates.clone(),
             given => given.to_vec(),
         };
-        let result = self.answer(now, now_unix, offer, candidates);
+        let result = self.answer(now, now_unix, offer, candidates, from);
         match &result {
             Ok(_) => self.stats.offers_answered += 1,
             Err(_) => self.stats.offers_refused += 1,
@@ -348,6 +360,7 @@ impl Host {
         now_unix: u64,
         text: &str,
         candidates: Vec<SocketAddr>,
+        from: Option<IpAddr>,
     ) -> Result<(SessionId, String), OfferError> {
         if candidates.is_empty() {
             return Err(OfferError::Rejected("no candidate address to offer".into()));
@@ -357,6 +370,13 @@ impl Host {
         }
         if self.negotiating >= self.config.max_negotiating {
             return Err(OfferError::Busy);
+        }
+        let from_ip = from
+            .and_then(|ip| self.negotiating_by_ip.get(&ip))
+            .copied()
+            .unwrap_or(0);
+        if from_ip >= self.config.max_negotiating_per_ip {
+            return Err(OfferError::AddressBusy);
         }
         let offer = Offer::parse(text).map_err(OfferError::Sdp)?;
         let identity = self.check_identity(&offer, now_unix)?;
@@ -399,9 +419,13 @@ impl Host {
                 last_rx: now,
                 timeout: now,
                 closing: false,
+                offered_by: from,
             },
         );
         self.negotiating += 1;
+        if let Some(ip) = from {
+            *self.negotiating_by_ip.entry(ip).or_default() += 1;
+        }
         self.drive(id, now);
         Ok((id, sdp::with_identity(&answer, &assertion)))
     }
@@ -611,7 +635,11 @@ impl Host {
                 }
                 Ok(Output::Event(event)) => {
                     match on_event(session, id, event, &mut self.stats, &mut self.events) {
-                        Outcome::Opened => self.negotiating -= 1,
+                        Outcome::Opened => negotiation_done(
+                            &mut self.negotiating,
+                            &mut self.negotiating_by_ip,
+                            session.offered_by,
+                        ),
                         Outcome::Closed => {
                             ended.get_or_insert(CloseReason::PeerClosed);
                         }
@@ -668,7 +696,28 @@ impl Host {
             self.events
                 .push_back(HostEvent::Disconnected { id, reason });
         } else {
-            self.negotiating -= 1;
+            negotiation_done(
+                &mut self.negotiating,
+                &mut self.negotiating_by_ip,
+                session.offered_by,
+            );
+        }
+    }
+}
+
+/// A session stopped negotiating (it opened, or ended first).
+fn negotiation_done(
+    negotiating: &mut usize,
+    by_ip: &mut HashMap<IpAddr, usize>,
+    ip: Option<IpAddr>,
+) {
+    *negotiating -= 1;
+    if let Some(ip) = ip {
+        if let Entry::Occupied(mut n) = by_ip.entry(ip) {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
         }
     }
 }

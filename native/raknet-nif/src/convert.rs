@@ -186,7 +186,8 @@ pub(crate) struct NetherNetOptions {
 }
 
 /// The optional `nethernet` key: `%{key_pem: binary, domain: string, client_auth: :open |
-/// {:jwks, json}, max_sessions, max_negotiating, negotiation_timeout_ms, idle_timeout_ms}`
+/// {:jwks, json}, max_sessions, max_negotiating, max_negotiating_per_ip,
+/// negotiation_timeout_ms, idle_timeout_ms}`
 /// (all but `key_pem` optional). NetherNet sessions then share the socket with RakNet.
 fn nethernet(map: Term<'_>) -> Result<Option<NetherNetOptions>, &'static str> {
     use raknet_nethernet::host::{ClientAuth, HostConfig};
@@ -221,6 +222,8 @@ fn nethernet(map: Term<'_>) -> Result<Option<NetherNetOptions>, &'static str> {
         candidates: Vec::new(),
         max_sessions: opt(n, "max_sessions")?.unwrap_or(d.max_sessions),
         max_negotiating: opt(n, "max_negotiating")?.unwrap_or(d.max_negotiating),
+        max_negotiating_per_ip: opt(n, "max_negotiating_per_ip")?
+            .unwrap_or(d.max_negotiating_per_ip),
         negotiation_timeout: ms("negotiation_timeout_ms", d.negotiation_timeout)?,
         idle_timeout: ms("idle_timeout_ms", d.idle_timeout)?,
         domain: opt(n, "domain")?.unwrap_or(d.domain),

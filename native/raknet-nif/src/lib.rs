@@ -451,13 +451,15 @@ fn start_endpoints<'a>(
 /// Answer a NetherNet offer (the body of `POST /v1/join/{id}`) on the endpoint hosting the
 /// server's sessions: `:ok`, then `{:raknet_nethernet_answer, tag, {:ok, sdp} | {:error,
 /// reason}}` to `reply_to`. `candidate`: the IP address the answer names (the one the client
-/// reached signaling at, or the configured public one); `nil`: the socket's own.
+/// reached signaling at, or the configured public one); `nil`: the socket's own. `peer`: who
+/// sent the offer (signaling's peer), for its address's share of negotiations.
 #[rustler::nif]
 fn endpoint_nethernet_offer<'a>(
     env: Env<'a>,
     endpoint: ResourceArc<EndpointResource>,
     sdp: Binary<'a>,
     candidate: Option<String>,
+    peer: Option<String>,
     reply_to: LocalPid,
     tag: u64,
 ) -> Term<'a> {
@@ -475,6 +477,7 @@ fn endpoint_nethernet_offer<'a>(
     let cmd = Command::NetherNetOffer {
         sdp: sdp.to_owned(),
         candidate,
+        peer: peer.as_deref().and_then(parse_host),
         reply_to,
         tag,
     };

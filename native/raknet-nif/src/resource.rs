@@ -363,6 +363,7 @@ pub(crate) enum Command {
     NetherNetOffer {
         sdp: String,
         candidate: Option<IpAddr>,
+        peer: Option<IpAddr>,
         reply_to: LocalPid,
         tag: u64,
     },

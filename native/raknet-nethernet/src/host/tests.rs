@@ -4,6 +4,7 @@ use super::*;
 use crate::client::{AnswerError, Client, ClientEvent, PlayerIdentity};
 use crate::framing::FRAGMENT_PAYLOAD;
 use crate::identity::envelope;
+use std::net::IpAddr;
 
 const SERVER: &str = "10.0.0.1:19132";
 const CLIENT: &str = "10.0.0.2:50000";
@@ -140,7 +141,9 @@ fn connect(
     identity: Option<&PlayerIdentity>,
 ) -> (Client, SessionId, Seen) {
     let (mut client, offer) = offer(*now, identity);
-    let (id, answer) = host.accept_offer(*now, NOW_UNIX, &offer, &[]).unwrap();
+    let (id, answer) = host
+        .accept_offer(*now, NOW_UNIX, &offer, &[], None)
+        .unwrap();
     let server = client.accept_answer(*now, NOW_UNIX, &answer).unwrap();
     assert_eq!(server.claims["cpk"], host.operator_jwk());
     assert_eq!(server.claims["iss"], "test.example");
@@ -242,7 +245,7 @@ fn a_client_refuses_an_answer_whose_assertion_does_not_verify() {
     let now = Instant::now();
     let mut host = host(ClientAuth::Open);
     let (mut client, offer) = offer(now, None);
-    let (_, answer) = host.accept_offer(now, NOW_UNIX, &offer, &[]).unwrap();
+    let (_, answer) = host.accept_offer(now, NOW_UNIX, &offer, &[], None).unwrap();
     // Another key's assertion over the same fingerprints: not self-signed by its cpk.
     let parsed = Offer::parse(&answer).unwrap();
     let other = OperatorKey::generate();
@@ -273,14 +276,15 @@ fn required_identity_admits_the_auth_services_players_only() {
     let mut host = host(ClientAuth::Required(Trust::Keys(vec![auth.public()])));
     let (_, anonymous) = offer(now, None);
     assert_eq!(
-        host.accept_offer(now, NOW_UNIX, &anonymous, &[])
+        host.accept_offer(now, NOW_UNIX, &anonymous, &[], None)
             .unwrap_err(),
         OfferError::Identity(IdentityError::Missing)
     );
     let forger = player(&OperatorKey::generate(), "1");
     let (_, forged) = offer(now, Some(&forger));
     assert_eq!(
-        host.accept_offer(now, NOW_UNIX, &forged, &[]).unwrap_err(),
+        host.accept_offer(now, NOW_UNIX, &forged, &[], None)
+            .unwrap_err(),
         OfferError::Identity(IdentityError::UntrustedToken)
     );
     let (_, _, seen) = connect(
@@ -315,11 +319,12 @@ fn unanswered_negotiations_expire_and_bound_the_host() {
     .unwrap();
     for _ in 0..2 {
         let (_, offer) = offer(now, None);
-        host.accept_offer(now, NOW_UNIX, &offer, &[]).unwrap();
+        host.accept_offer(now, NOW_UNIX, &offer, &[], None).unwrap();
     }
     let (_, third) = offer(now, None);
     assert_eq!(
-        host.accept_offer(now, NOW_UNIX, &third, &[]).unwrap_err(),
+        host.accept_offer(now, NOW_UNIX, &third, &[], None)
+            .unwrap_err(),
         OfferError::Busy
     );
     // Nobody runs ICE: both expire, silently (they never opened).
@@ -332,10 +337,10 @@ fn unanswered_negotiations_expire_and_bound_the_host() {
     assert_eq!(host.negotiating(), 0);
     assert!(host.poll_event().is_none());
     assert_eq!(host.stats().negotiations_expired, 2);
-    host.accept_offer(now, NOW_UNIX, &third, &[]).unwrap();
+    host.accept_offer(now, NOW_UNIX, &third, &[], None).unwrap();
     // Garbage SDP is refused, counted.
     assert!(matches!(
-        host.accept_offer(now, NOW_UNIX, "v=0\r\n", &[]),
+        host.accept_offer(now, NOW_UNIX, "v=0\r\n", &[], None),
         Err(OfferError::Sdp(_))
     ));
 }
@@ -364,4 +369,42 @@ fn idle_session_times_out_once() {
         [HostEvent::Disconnected { id: got, reason: CloseReason::Timeout }] if *got == id
     ));
     assert!(host.is_empty());
+}
+
+#[test]
+fn one_address_gets_its_share_of_negotiations() {
+    let now = Instant::now();
+    let mut host = Host::new(
+        HostConfig {
+            candidates: vec![SERVER.parse().unwrap()],
+            max_negotiating_per_ip: 2,
+            ..HostConfig::default()
+        },
+        OperatorKey::generate(),
+    )
+    .unwrap();
+    let (a, b): (IpAddr, IpAddr) = (
+        "198.51.100.1".parse().unwrap(),
+        "198.51.100.2".parse().unwrap(),
+    );
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (_, o) = offer(now, None);
+        ids.push(
+            host.accept_offer(now, NOW_UNIX, &o, &[], Some(a))
+                .unwrap()
+                .0,
+        );
+    }
+    let (_, o) = offer(now, None);
+    assert_eq!(
+        host.accept_offer(now, NOW_UNIX, &o, &[], Some(a))
+            .unwrap_err(),
+        OfferError::AddressBusy
+    );
+    // Another address is not held back by the first's.
+    host.accept_offer(now, NOW_UNIX, &o, &[], Some(b)).unwrap();
+    // A negotiation that ends gives its address's share back.
+    host.close(now, ids[0]);
+    host.accept_offer(now, NOW_UNIX, &o, &[], Some(a)).unwrap();
 }

@@ -561,9 +561,10 @@ impl Driver {
             Command::NetherNetOffer {
                 sdp,
                 candidate,
+                peer,
                 reply_to,
                 tag,
-            } => self.nethernet_offer(now, &sdp, candidate, reply_to, tag),
+            } => self.nethernet_offer(now, &sdp, candidate, peer, reply_to, tag),
             Command::NetherNetDatagram { from, data } => self.nethernet_forwarded(now, from, &data),
             Command::NetherNetConnect {
                 conn,

@@ -164,6 +164,7 @@ impl Driver {
         now: Instant,
         sdp: &str,
         candidate: Option<IpAddr>,
+        peer: Option<IpAddr>,
         reply_to: LocalPid,
         tag: u64,
     ) {
@@ -175,7 +176,7 @@ impl Driver {
                     .into_iter()
                     .collect();
                 h.host
-                    .accept_offer(now, unix_now(), sdp, &candidates)
+                    .accept_offer(now, unix_now(), sdp, &candidates, peer)
                     .map(|(_, answer)| answer)
                     .map_err(|e| e.to_string())
             }
