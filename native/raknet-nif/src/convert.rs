@@ -591,6 +591,17 @@ pub(crate) fn connection_info<'a>(
     protocol: u8,
     mtu: u16,
 ) -> Term<'a> {
+    let (guid, protocol, mtu) = (guid.encode(env), protocol.encode(env), mtu.encode(env));
+    info_map(env, addr, [guid, protocol, mtu], atoms::raknet())
+}
+
+/// `%{address, guid, protocol, mtu, transport}`, what every connection's info has.
+fn info_map<'a>(
+    env: Env<'a>,
+    addr: SocketAddr,
+    [guid, protocol, mtu]: [Term<'a>; 3],
+    transport: Atom,
+) -> Term<'a> {
     let keys = [
         atoms::address(),
         atoms::guid(),
@@ -601,10 +612,10 @@ pub(crate) fn connection_info<'a>(
     .map(|a| a.encode(env));
     let values = [
         address(env, addr),
-        guid.encode(env),
-        protocol.encode(env),
-        mtu.encode(env),
-        atoms::raknet().encode(env),
+        guid,
+        protocol,
+        mtu,
+        transport.encode(env),
     ];
     Term::map_from_arrays(env, &keys, &values).unwrap_or_else(|_| atoms::error().encode(env))
 }
@@ -631,24 +642,9 @@ pub(crate) fn nethernet_info<'a>(
         }
     };
     let nil = atoms::nil().encode(env);
-    let keys = [
-        atoms::address(),
-        atoms::guid(),
-        atoms::protocol(),
-        atoms::mtu(),
-        atoms::transport(),
-        atoms::identity(),
-    ]
-    .map(|a| a.encode(env));
-    let values = [
-        address(env, addr),
-        nil,
-        nil,
-        nil,
-        atoms::nethernet().encode(env),
-        identity,
-    ];
-    Term::map_from_arrays(env, &keys, &values).unwrap_or_else(|_| atoms::error().encode(env))
+    let map = info_map(env, addr, [nil; 3], atoms::nethernet());
+    map.map_put(atoms::identity().encode(env), identity)
+        .unwrap_or(map)
 }
 
 /// JSON as Elixir terms: objects as maps with binary keys, arrays as lists, strings as

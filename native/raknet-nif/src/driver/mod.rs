@@ -365,14 +365,7 @@ impl Driver {
         let &id = self.keys.get(&key)?;
         if id.is_external() {
             // `conn_send` refused receipts for NetherNet: none to return.
-            if self
-                .nethernet_send(now, id, &data, opts.reliability)
-                .is_err()
-            {
-                if let Some(slot) = self.conns.get_mut(&id) {
-                    slot.dropped += 1;
-                }
-            }
+            self.nethernet_send_counted(now, id, &data, opts.reliability);
             return None;
         }
         let slot = self.conns.get_mut(&id)?;
@@ -409,14 +402,7 @@ impl Driver {
                         continue;
                     };
                     if id.is_external() {
-                        if self
-                            .nethernet_send(now, id, &data, opts.reliability)
-                            .is_err()
-                        {
-                            if let Some(slot) = self.conns.get_mut(&id) {
-                                slot.dropped += 1;
-                            }
-                        }
+                        self.nethernet_send_counted(now, id, &data, opts.reliability);
                         continue;
                     }
                     let Some(slot) = self.conns.get_mut(&id) else {
@@ -718,21 +704,9 @@ impl Driver {
                 Role::Server => {
                     let res = ResourceArc::new(self.me.new_conn());
                     self.set_gate(conn, &res);
-                    self.keys.insert(res.key, conn);
-                    let mut slot = Slot::new(res.clone(), None, Role::Server);
-                    slot.connected = true;
-                    slot.local = self.local_addrs.get(&addr);
-                    self.conns.insert(conn, slot);
-                    let me = self.me.clone();
-                    let _ = self.env.send_and_clear(&self.owner, |env| {
-                        (
-                            atoms::raknet_endpoint(),
-                            me,
-                            atoms::connected(),
-                            res,
-                            convert::connection_info(env, addr, guid, protocol, mtu),
-                        )
-                            .encode(env)
+                    let local = self.local_addrs.get(&addr);
+                    self.accepted(conn, res, local, |env| {
+                        convert::connection_info(env, addr, guid, protocol, mtu)
                     });
                 }
                 Role::Client => {
@@ -920,6 +894,33 @@ impl Driver {
             }
             _ => {}
         }
+    }
+
+    /// An incoming connection of either transport is up: its slot, and `{:raknet_endpoint,
+    /// ref, :connected, conn, info}` for the endpoint's owner.
+    pub(super) fn accepted(
+        &mut self,
+        conn: ConnId,
+        res: ResourceArc<ConnResource>,
+        local: Option<IpAddr>,
+        info: impl for<'a> FnOnce(rustler::Env<'a>) -> Term<'a>,
+    ) {
+        self.keys.insert(res.key, conn);
+        let mut slot = Slot::new(res.clone(), None, Role::Server);
+        slot.connected = true;
+        slot.local = local;
+        self.conns.insert(conn, slot);
+        let me = self.me.clone();
+        let _ = self.env.send_and_clear(&self.owner, |env| {
+            (
+                atoms::raknet_endpoint(),
+                me,
+                atoms::connected(),
+                res,
+                info(env),
+            )
+                .encode(env)
+        });
     }
 
     /// Send the owner `{:raknet_endpoint, ref, :log, level, text}`, rate-limited.

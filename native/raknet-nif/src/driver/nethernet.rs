@@ -235,8 +235,23 @@ impl Driver {
         }
     }
 
-    /// Send on a session: `Err` when it refused (counted as the connection's drop).
-    pub(super) fn nethernet_send(
+    /// Send on a session; one it refused counts as the connection's drop.
+    pub(super) fn nethernet_send_counted(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        data: &[u8],
+        reliability: Reliability,
+    ) {
+        if self.nethernet_send(now, conn, data, reliability).is_err() {
+            if let Some(slot) = self.conns.get_mut(&conn) {
+                slot.dropped += 1;
+            }
+        }
+    }
+
+    /// Send on a session: `Err` when it refused.
+    fn nethernet_send(
         &mut self,
         now: Instant,
         conn: ConnId,
@@ -420,20 +435,8 @@ impl Driver {
         identity: Option<raknet_nethernet::identity::Identity>,
     ) {
         let res = ResourceArc::new(self.me.new_nethernet_conn());
-        self.keys.insert(res.key, conn);
-        let mut slot = Slot::new(res.clone(), None, Role::Server);
-        slot.connected = true;
-        self.conns.insert(conn, slot);
-        let me = self.me.clone();
-        let _ = self.env.send_and_clear(&self.owner, |env| {
-            (
-                atoms::raknet_endpoint(),
-                me,
-                atoms::connected(),
-                res,
-                convert::nethernet_info(env, addr, identity.as_ref()),
-            )
-                .encode(env)
+        self.accepted(conn, res, None, |env| {
+            convert::nethernet_info(env, addr, identity.as_ref())
         });
     }
 
