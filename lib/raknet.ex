@@ -111,7 +111,10 @@ defmodule RakNet do
       token self-signed by its `cpk`, the answer's fingerprints signed by the same key), and
       `info/1` then carries its claims (`cpk` is the key a Minecraft client pins). Messages,
       reliabilities and receipts as on a server's NetherNet connections (see the NetherNet
-      guide). Failures: `{:error, {:signaling, reason}}` (the TCP connection or the HTTP
+      guide). `:identity` - `[token: jwt, key_pem: pem, domain: string]`: the player's
+      assertion the offer carries (the token, from an auth service, names the public half of
+      `key_pem`, a P-384 PKCS#8 key, as its `cpk`). Failures: `{:error, {:signaling,
+      reason}}` (the TCP connection or the HTTP
       exchange), `{:error, {:signaling, status, body}}` (refused),
       `{:error, {:protocol_violation, why}}` (an answer whose assertion does not verify).
 
@@ -137,7 +140,8 @@ defmodule RakNet do
       :congestion_control,
       :proxy_header,
       :transport,
-      :signaling_port
+      :signaling_port,
+      :identity
     ])
 
     timeout = Keyword.get(opts, :timeout, 10_000)
@@ -149,7 +153,8 @@ defmodule RakNet do
           native
 
         :nethernet ->
-          Map.put(native, :nethernet, Keyword.take(opts, [:signaling_port]) ++ [timeout: timeout])
+          opts = Keyword.take(opts, [:signaling_port, :identity]) ++ [timeout: timeout]
+          Map.put(native, :nethernet, opts)
 
         other ->
           raise ArgumentError, ":transport must be :raknet or :nethernet, got: #{inspect(other)}"

@@ -134,10 +134,10 @@ defmodule RakNet.Native do
           String.t(),
           String.t(),
           :inet.port_number(),
-          pid()
-        ) ::
-          {:ok, reference(), binary()} | {:error, atom()}
-  def endpoint_nethernet_connect(_endpoint, _local_ip, _host, _port, _owner),
+          pid(),
+          map() | nil
+        ) :: {:ok, reference(), binary()} | {:error, term()}
+  def endpoint_nethernet_connect(_endpoint, _local_ip, _host, _port, _owner, _identity),
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

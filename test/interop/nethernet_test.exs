@@ -112,6 +112,45 @@ defmodule RakNet.Interop.NetherNetTest do
              RakNet.connect("127.0.0.1", port, transport: :nethernet, signaling_port: 1)
   end
 
+  test "a player identity the server's JWKS trusts reaches the handler, verified",
+       %{key_file: key_file} do
+    # The test plays the auth service: its key is the server's JWKS, and it signs a token
+    # naming the player's key.
+    {auth, auth_jwk} = es384_key()
+
+    {_server, port, http} =
+      start_server(key_file, client_auth: {:jwks, ~s({"keys":[#{auth_jwk}]})})
+
+    player_pem = RakNet.Native.nethernet_generate_key()
+    {:ok, player_jwk} = RakNet.Native.nethernet_key_jwk(player_pem)
+    token = sign_jwt(auth, ~s({"xuid":"2535400000000007","cpk":#{player_jwk}}))
+
+    assert {:ok, conn} =
+             RakNet.connect("127.0.0.1", port,
+               transport: :nethernet,
+               signaling_port: http,
+               identity: [token: token, key_pem: player_pem]
+             )
+
+    assert_receive {:client_new, _,
+                    {:ok, %{identity: %{verified: true, claims: %{"xuid" => "2535400000000007"}}}}},
+                   5_000
+
+    RakNet.Connection.close(conn)
+
+    # The same token with another player's key: its fingerprints do not verify.
+    other_pem = RakNet.Native.nethernet_generate_key()
+
+    assert {:error, {:signaling, 400, body}} =
+             RakNet.connect("127.0.0.1", port,
+               transport: :nethernet,
+               signaling_port: http,
+               identity: [token: token, key_pem: other_pem]
+             )
+
+    assert body =~ "fingerprint signature"
+  end
+
   test "the operator key is made once and kept; the answer's cpk is it", %{key_file: key_file} do
     {_server, _port, _http} = start_server(key_file)
     pem = File.read!(key_file)
@@ -269,6 +308,22 @@ defmodule RakNet.Interop.NetherNetTest do
     assert {:error, :no_nethernet} = RakNet.Server.set_nethernet_status(server, %{name: "x"})
     assert RakNet.Server.info(server).nethernet_port == nil
   end
+
+  # A P-384 key made by :public_key, and its public half as a JWK.
+  defp es384_key do
+    key = :public_key.generate_key({:namedCurve, :secp384r1})
+    <<4, x::binary-48, y::binary-48>> = elem(key, 4)
+    {key, ~s({"kty":"EC","crv":"P-384","x":"#{b64url(x)}","y":"#{b64url(y)}"})}
+  end
+
+  defp sign_jwt(key, claims_json) do
+    input = b64url(~s({"alg":"ES384","typ":"JWT"})) <> "." <> b64url(claims_json)
+    der = :public_key.sign(input, :sha384, key)
+    {:"ECDSA-Sig-Value", r, s} = :public_key.der_decode(:"ECDSA-Sig-Value", der)
+    input <> "." <> b64url(<<r::384, s::384>>)
+  end
+
+  defp b64url(bytes), do: Base.url_encode64(bytes, padding: false)
 
   defp post(port, body) do
     request(

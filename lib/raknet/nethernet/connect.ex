@@ -24,7 +24,14 @@ defmodule RakNet.NetherNet.Connect do
       try do
         with {:ok, {local, _}} <- :inet.sockname(tcp),
              {:ok, conn, offer} <-
-               Native.endpoint_nethernet_connect(endpoint, ntoa(local), ntoa(ip), port, owner) do
+               Native.endpoint_nethernet_connect(
+                 endpoint,
+                 ntoa(local),
+                 ntoa(ip),
+                 port,
+                 owner,
+                 identity(opts[:identity])
+               ) do
           case post(tcp, offer, deadline) do
             {:ok, answer} ->
               :ok = Native.conn_nethernet_answer(conn, answer)
@@ -39,6 +46,16 @@ defmodule RakNet.NetherNet.Connect do
         :gen_tcp.close(tcp)
       end
     end
+  end
+
+  # The player's assertion for the offer: `[token: jwt, key_pem: pem, domain: string]`.
+  defp identity(nil), do: nil
+
+  defp identity(opts) when is_list(opts) do
+    unless Keyword.keyword?(opts) and is_binary(opts[:token]) and is_binary(opts[:key_pem]),
+      do: raise(ArgumentError, ":identity must be [token: jwt, key_pem: pem, domain: string]")
+
+    opts |> Keyword.take([:token, :key_pem, :domain]) |> Map.new()
   end
 
   defp tcp_connect(ip, port, timeout) do

@@ -69,6 +69,8 @@ rustler::atoms! {
     raknet_nethernet_answer,
     unsupported,
     invalid_key,
+    token,
+    key_pem,
     over_budget,
     bad_reliability,
     bad_channel,

@@ -179,6 +179,31 @@ fn proxy_protocol(map: Term<'_>) -> Result<Option<ProxyConfig>, &'static str> {
     Ok(Some(config))
 }
 
+/// A client session's player identity: `%{token: binary, key_pem: binary, domain: binary}`
+/// (`domain` optional); the error names the bad key.
+pub(crate) fn player_identity(
+    map: Term<'_>,
+) -> Result<raknet_nethernet::client::PlayerIdentity, Atom> {
+    let text = |key: &'static str| -> Result<Option<String>, Atom> {
+        let atom = Atom::from_str(map.get_env(), key).map_err(|_| atoms::einval())?;
+        match map.map_get(atom) {
+            Err(_) => Ok(None),
+            Ok(v) => v
+                .decode::<rustler::Binary<'_>>()
+                .ok()
+                .and_then(|b| std::str::from_utf8(b.as_slice()).ok().map(str::to_owned))
+                .map(Some)
+                .ok_or(atom),
+        }
+    };
+    let token = text("token")?.ok_or(atoms::token())?;
+    let pem = text("key_pem")?.ok_or(atoms::key_pem())?;
+    let key =
+        raknet_nethernet::identity::OperatorKey::from_pem(&pem).map_err(|_| atoms::key_pem())?;
+    let domain = text("domain")?.unwrap_or_else(|| "raknet".to_owned());
+    Ok(raknet_nethernet::client::PlayerIdentity { token, key, domain })
+}
+
 /// What the `nethernet` key asks for: the host's settings and the operator key.
 pub(crate) struct NetherNetOptions {
     pub(crate) config: raknet_nethernet::host::HostConfig,

@@ -491,8 +491,10 @@ fn endpoint_nethernet_offer<'a>(
 /// address the offer names for this endpoint's socket (the one this host reaches the server
 /// from); the caller takes the offer to the server's signaling and hands its answer to
 /// `conn_nethernet_answer/2`; `owner` then gets `{:raknet_connected, conn, info}` or
-/// `{:raknet_connect_failed, conn, reason}`, as for `endpoint_connect`. Dirty: the session's
-/// DTLS certificate is made here.
+/// `{:raknet_connect_failed, conn, reason}`, as for `endpoint_connect`. `identity`: `nil`, or
+/// `%{token: jwt, key_pem: pem, domain: binary}`, the player's assertion the offer carries
+/// (the token names the key's public half as `cpk`). Dirty: the session's DTLS certificate
+/// is made here.
 #[rustler::nif(schedule = "DirtyCpu")]
 fn endpoint_nethernet_connect<'a>(
     env: Env<'a>,
@@ -501,15 +503,24 @@ fn endpoint_nethernet_connect<'a>(
     host: String,
     port: u16,
     owner: LocalPid,
+    identity: Option<Term<'a>>,
 ) -> Term<'a> {
     let (Some(local_ip), Some(server_ip)) = (parse_host(&local_ip), parse_host(&host)) else {
         return error(env, atoms::einval());
+    };
+    // `nil` (no identity) decodes as a term too.
+    let identity = identity.filter(|t| !t.is_atom());
+    let identity = match identity.map(convert::player_identity) {
+        None => None,
+        Some(Ok(identity)) => Some(identity),
+        Some(Err(key)) => return error(env, (atoms::invalid_option(), key)),
     };
     if !endpoint.reaches(server_ip) || local_ip.is_ipv4() != server_ip.is_ipv4() {
         return error(env, atoms::einval());
     }
     let local = SocketAddr::new(local_ip, endpoint.local.port());
-    let (client, offer) = match raknet_nethernet::client::Client::new(Instant::now(), local, None) {
+    let made = raknet_nethernet::client::Client::new(Instant::now(), local, identity.as_ref());
+    let (client, offer) = match made {
         Ok(made) => made,
         Err(_) => return error(env, atoms::einval()),
     };
