@@ -34,6 +34,11 @@ defmodule RakNet.Interop.NetherNetTest do
 
   test "aiortc connects over NetherNet, beside official RakNet on the same UDP port",
        %{key_file: key_file} do
+    # Official 4.081 mis-assembles split messages whose fragments were resent after its
+    # small socket buffer dropped some: the server's 100 KB echoes to it are held to 32
+    # reliable frames in flight, as in official_test.exs.
+    Application.put_env(:raknet, :max_reliable_in_flight, 32)
+    on_exit(fn -> Application.delete_env(:raknet, :max_reliable_in_flight) end)
     {_server, port, http_port} = start_server(key_file)
     assert is_integer(http_port) and http_port > 0
     nethernet = Task.async(fn -> run_client(http_port) end)
@@ -79,6 +84,30 @@ defmodule RakNet.Interop.NetherNetTest do
 
     :ok = RakNet.Connection.close(conn)
     assert_receive {:client_disconnect, _}, 5_000
+  end
+
+  test "NetherNet over IPv6: the IPv6 socket's own sessions and signaling",
+       %{key_file: key_file} do
+    {server, _port} =
+      RakNet.Test.Server.start!(ChannelEcho,
+        open_ipv6_socket: true,
+        ipv6_ip: {0, 0, 0, 0, 0, 0, 0, 1},
+        nethernet: [port: 0, key_file: key_file]
+      )
+
+    %{ipv6_port: port6, nethernet_signaling: %{ports: %{inet6: http6}}} =
+      RakNet.Server.info(server)
+
+    assert {:ok, conn} =
+             RakNet.connect("::1", port6, transport: :nethernet, signaling_port: http6)
+
+    assert {:ok, %{transport: :nethernet, address: {{0, 0, 0, 0, 0, 0, 0, 1}, ^port6}}} =
+             RakNet.Connection.info(conn)
+
+    assert_receive {:client_new, _, {:ok, %{address: {{0, 0, 0, 0, 0, 0, 0, 1}, _}}}}, 5_000
+    assert {:ok, nil} = RakNet.Connection.send(conn, :reliable_ordered, <<0x86, "over v6">>)
+    assert_receive {:raknet, ^conn, 0x86, "over v6", _}, 5_000
+    RakNet.Connection.close(conn)
   end
 
   test "RakNet.connect over NetherNet with a handler, and a refused offer",

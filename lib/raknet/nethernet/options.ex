@@ -1,7 +1,8 @@
 defmodule RakNet.NetherNet.Options do
   @moduledoc """
   The `:nethernet` option of `RakNet.Server`: NetherNet (Minecraft Bedrock's WebRTC
-  transport) beside RakNet, on the same UDP port, with HTTP signaling on a TCP port.
+  transport) beside RakNet, on the same UDP ports (IPv4 and IPv6), with HTTP signaling on a
+  TCP port of each family.
 
       {RakNet.Server,
        [MyGame.Player, 19132,

@@ -34,28 +34,26 @@ defmodule RakNet.NetherNet.Signaling do
   def set_status(pid, status) when is_map(status), do: GenServer.call(pid, {:status, status})
 
   @impl GenServer
-  def init({%Options{} = opts, endpoint, udp_port, bind_ip, count_players, max_players}) do
+  # `sites`: `[{family, endpoint, udp_port, bind_ip}]`, one per address family the server
+  # serves NetherNet on (its endpoint hosting the sessions): a listener each, and an offer
+  # goes to the endpoint of the family it came in on.
+  def init({%Options{} = opts, sites, count_players, max_players}) do
     transport = if opts.tls, do: :ssl, else: :gen_tcp
-    port = opts.port || udp_port
 
-    listen_opts =
-      [:binary, active: false, reuseaddr: true, ip: opts.ip || bind_ip, backlog: 128] ++
-        if opts.tls, do: [certfile: opts.tls[:certfile], keyfile: opts.tls[:keyfile]], else: []
-
-    case transport.listen(port, listen_opts) do
-      {:ok, listen} ->
-        {:ok, {_, port}} = sockname(transport, listen)
+    case listen_all(transport, opts, sites, []) do
+      {:ok, listeners} ->
         me = self()
-        acceptor = spawn_link(fn -> accept_loop(me, transport, listen) end)
+
+        for l <- listeners,
+            do: spawn_link(fn -> accept_loop(me, transport, l.listen, l.family) end)
 
         {:ok,
          %{
            opts: opts,
-           endpoint: endpoint,
+           endpoints: Map.new(listeners, &{&1.family, &1.endpoint}),
            transport: transport,
-           listen: listen,
-           port: port,
-           acceptor: acceptor,
+           listeners: listeners,
+           port: hd(listeners).port,
            status: opts.status,
            count_players: count_players,
            max_players: max_players,
@@ -69,6 +67,34 @@ defmodule RakNet.NetherNet.Signaling do
 
       {:error, reason} ->
         {:stop, {:nethernet_signaling, reason}}
+    end
+  end
+
+  defp listen_all(_transport, _opts, [], acc), do: {:ok, Enum.reverse(acc)}
+
+  defp listen_all(transport, opts, [{family, endpoint, udp_port, bind_ip} | rest], acc) do
+    # :ip is signaling's own address for its family; the server's otherwise.
+    ip =
+      case opts.ip do
+        ip when tuple_size(ip) == 4 and family == :inet -> ip
+        ip when tuple_size(ip) == 8 and family == :inet6 -> ip
+        _ -> bind_ip
+      end
+
+    listen_opts =
+      [family, :binary, active: false, reuseaddr: true, ip: ip, backlog: 128] ++
+        if(family == :inet6, do: [ipv6_v6only: true], else: []) ++
+        if opts.tls, do: [certfile: opts.tls[:certfile], keyfile: opts.tls[:keyfile]], else: []
+
+    case transport.listen(opts.port || udp_port, listen_opts) do
+      {:ok, listen} ->
+        {:ok, {_, port}} = sockname(transport, listen)
+        l = %{family: family, endpoint: endpoint, listen: listen, port: port}
+        listen_all(transport, opts, rest, [l | acc])
+
+      {:error, reason} ->
+        Enum.each(acc, &close(transport, &1.listen))
+        {:error, {family, reason}}
     end
   end
 
@@ -86,6 +112,7 @@ defmodule RakNet.NetherNet.Signaling do
   def handle_call(:stats, _from, state) do
     stats = %{
       port: state.port,
+      ports: Map.new(state.listeners, &{&1.family, &1.port}),
       active: map_size(state.active),
       refused: state.refused,
       evicted: state.evicted,
@@ -104,7 +131,7 @@ defmodule RakNet.NetherNet.Signaling do
   # longer than `:slow_request_ms`, or at once for an address that holds no slot: slow
   # requests from many addresses cannot lock signaling up, while requests that arrive at
   # once (a client's takes a millisecond) are served.
-  def handle_call({:accepted, socket, ip}, _from, state) do
+  def handle_call({:accepted, socket, ip, family}, _from, state) do
     per_ip = Enum.count(state.active, fn {_ref, slot} -> slot.ip == ip end)
 
     state =
@@ -119,7 +146,7 @@ defmodule RakNet.NetherNet.Signaling do
     else
       context = %{
         transport: state.transport,
-        endpoint: state.endpoint,
+        endpoint: Map.fetch!(state.endpoints, family),
         opts: state.opts,
         server: self(),
         status: status_json(state)
@@ -163,7 +190,7 @@ defmodule RakNet.NetherNet.Signaling do
 
   @impl GenServer
   def terminate(_reason, state) do
-    close(state.transport, state.listen)
+    Enum.each(state.listeners, &close(state.transport, &1.listen))
   end
 
   defp roll_window(state) do
@@ -199,7 +226,7 @@ defmodule RakNet.NetherNet.Signaling do
 
   # -- accepting -------------------------------------------------------------------------
 
-  defp accept_loop(server, transport, listen) do
+  defp accept_loop(server, transport, listen, family) do
     case accept(transport, listen) do
       {:ok, socket} ->
         ip =
@@ -208,7 +235,7 @@ defmodule RakNet.NetherNet.Signaling do
             _ -> nil
           end
 
-        case GenServer.call(server, {:accepted, socket, ip}) do
+        case GenServer.call(server, {:accepted, socket, ip, family}) do
           {:handover, pid} ->
             case controlling_process(transport, socket, pid) do
               :ok -> send(pid, {:go, socket})
@@ -219,13 +246,13 @@ defmodule RakNet.NetherNet.Signaling do
             close(transport, socket)
         end
 
-        accept_loop(server, transport, listen)
+        accept_loop(server, transport, listen, family)
 
       {:error, :closed} ->
         :ok
 
       {:error, _transient} ->
-        accept_loop(server, transport, listen)
+        accept_loop(server, transport, listen, family)
     end
   end
 

@@ -248,8 +248,8 @@ defmodule RakNet.Server.Config do
       token). Exclusive with `:query`. Default `nil`.
     * `:raw_prefixes` - the first bytes of the datagrams `:raw_handler` is offered. Default
       `[<<0xFE, 0xFD>>]`.
-    * `:nethernet` - also serve NetherNet (Bedrock's WebRTC transport) on the IPv4 UDP port,
-      with HTTP signaling on a TCP port: a keyword list, see `RakNet.NetherNet.Options`.
+    * `:nethernet` - also serve NetherNet (Bedrock's WebRTC transport) on the UDP ports, with
+      HTTP signaling on a TCP port: a keyword list, see `RakNet.NetherNet.Options`.
       Sessions reach the same handler; `info/1` says `transport: :nethernet`. Default `nil`.
   """
   @type option ::

@@ -49,7 +49,7 @@ defmodule RakNet.Server.Listener do
     # per-IP count and one pair of memory budgets for the whole server.
     group = :erlang.unique_integer([:positive])
 
-    # NetherNet rides the first family's socket (IPv4 unless only IPv6 is open).
+    # NetherNet rides every family's sockets: each family's first endpoint hosts its sessions.
     nethernet =
       if config.nethernet,
         do: RakNet.NetherNet.Options.to_native(config.nethernet, load_key(config.nethernet))
@@ -235,7 +235,7 @@ defmodule RakNet.Server.Listener do
 
     case Native.endpoint_start_group(opts, self(), threads) do
       {:ok, endpoints} ->
-        open(config, rest, group, acc ++ Enum.map(endpoints, &{family, &1}), nil)
+        open(config, rest, group, acc ++ Enum.map(endpoints, &{family, &1}), nethernet)
 
       {:error, reason} ->
         Enum.each(acc, fn {_, endpoint} -> Native.endpoint_stop(endpoint, 0) end)
@@ -437,13 +437,17 @@ defmodule RakNet.Server.Listener do
   defp start_signaling(%{config: %Config{nethernet: nil}} = state), do: state
 
   defp start_signaling(%{config: config} = state) do
-    [{family, endpoint} | _] = state.endpoints
-    %{port: udp_port} = endpoint_info(endpoint)
-    bind_ip = if family == :inet, do: config.ip, else: config.ipv6_ip
+    sites =
+      for family <- [:inet, :inet6],
+          {^family, endpoint} <- [List.keyfind(state.endpoints, family, 0)] do
+        %{port: udp_port} = endpoint_info(endpoint)
+        bind_ip = if family == :inet, do: config.ip, else: config.ipv6_ip
+        {family, endpoint, udp_port, bind_ip}
+      end
+
     connections = state.connections
     count = fn -> DynamicSupervisor.count_children(connections).active end
-
-    args = {config.nethernet, endpoint, udp_port, bind_ip, count, config.max_connections}
+    args = {config.nethernet, sites, count, config.max_connections}
 
     case RakNet.NetherNet.Signaling.start_link(args) do
       {:ok, pid} -> Map.put(state, :signaling, pid)
