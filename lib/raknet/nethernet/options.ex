@@ -13,12 +13,14 @@ defmodule RakNet.NetherNet.Options do
 
   Keys (all optional):
 
-    * `:port` - the TCP port of HTTP signaling (`GET /v1/join`, `POST /v1/join/{id}`).
-      Default: the server's UDP port number (as Bedrock Dedicated Server does).
-    * `:ip` - the address signaling listens on. Default: the server's `:ip`.
+    * `:port` - the TCP port of HTTP signaling (`GET /v1/join`, `POST /v1/join/{id}`), on
+      each address family's address. Default: the UDP port number of that family's socket
+      (as Bedrock Dedicated Server does).
+    * `:ip` - the address signaling listens on for its family. Default: the server's `:ip`
+      (IPv4) and `:ipv6_ip` (IPv6).
     * `:public_address` - the IP address answers name for the UDP socket (a server behind
       NAT, or one reached at another address than it binds). Default: the address the client
-      reached signaling at.
+      reached signaling at, whose family's socket then carries the session.
     * `:key_file` - the operator key (P-384, PKCS#8 PEM) that signs every answer; clients
       pin it (trust on first use over plain HTTP), so keep it: it is generated at the first
       start if the file does not exist (mode 0600). Default `"nethernet_operator.pem"` in
