@@ -147,6 +147,7 @@ defmodule RakNet.NetherNet.Signaling do
       context = %{
         transport: state.transport,
         endpoint: Map.fetch!(state.endpoints, family),
+        endpoints: state.endpoints,
         opts: state.opts,
         server: self(),
         status: status_json(state)
@@ -337,7 +338,7 @@ defmodule RakNet.NetherNet.Signaling do
       peer = ip |> :inet.ntoa() |> to_string()
 
       case RakNet.Native.endpoint_nethernet_offer(
-             context.endpoint,
+             endpoint_for(context),
              body,
              candidate,
              peer,
@@ -373,6 +374,16 @@ defmodule RakNet.NetherNet.Signaling do
 
   defp header(%{headers: headers}, name, default),
     do: headers |> List.keyfind(name, 0, {name, default}) |> elem(1)
+
+  # The endpoint whose socket the answer's address is: the configured public address's
+  # family's (when the server has a socket of that family), else the one the request came in
+  # on.
+  defp endpoint_for(%{opts: %Options{public_address: ip}} = context) when ip != nil do
+    family = if tuple_size(ip) == 4, do: :inet, else: :inet6
+    Map.get(context.endpoints, family, context.endpoint)
+  end
+
+  defp endpoint_for(context), do: context.endpoint
 
   # The address answers name: the configured public one, else the one the client reached
   # signaling at (IPv4-mapped addresses of a dual-stack listener as IPv4).
