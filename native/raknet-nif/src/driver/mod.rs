@@ -89,34 +89,6 @@ struct Slot {
     overloaded: bool,
 }
 
-/// The local address each peer without a connection (pings, handshakes) last sent to, for a
-/// socket bound to every address: replies leave from it. Connections keep theirs in their
-/// `Slot`, for as long as they live. Spoofed sources cannot grow this past two generations:
-/// when the current one is full it becomes the previous one, and the previous one is dropped.
-#[derive(Default)]
-struct LocalAddrs {
-    current: HashMap<SocketAddr, IpAddr>,
-    previous: HashMap<SocketAddr, IpAddr>,
-}
-
-impl LocalAddrs {
-    /// `peer` as the engine names it (IPv4 peers of a dual-stack socket unmapped).
-    fn insert(&mut self, peer: SocketAddr, local: IpAddr) {
-        if self.current.len() >= LOCAL_ADDRS_PER_GENERATION && !self.current.contains_key(&peer) {
-            std::mem::swap(&mut self.current, &mut self.previous);
-            self.current.clear();
-        }
-        self.current.insert(peer, local);
-    }
-
-    fn get(&self, peer: &SocketAddr) -> Option<IpAddr> {
-        self.current
-            .get(peer)
-            .or_else(|| self.previous.get(peer))
-            .copied()
-    }
-}
-
 pub(crate) struct Driver {
     pub(crate) endpoint: Endpoint,
     pub(crate) socket: Udp,
@@ -997,10 +969,12 @@ impl Drop for Driver {
 
 mod delivery;
 mod info;
+mod local_addrs;
 mod nethernet;
 mod shared;
 
 pub(crate) use nethernet::NetherNet;
 
 use delivery::{count_delivery, receipt_lost, send_batch, send_disconnect, send_message, Mail};
+use local_addrs::LocalAddrs;
 pub(crate) use shared::{run, Shared};
