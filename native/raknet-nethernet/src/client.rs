@@ -247,8 +247,7 @@ impl Client {
         loop {
             match self.rtc.poll_output() {
                 Ok(Output::Transmit(t)) => {
-                    self.transmits
-                        .push_back((t.destination, t.contents.to_vec()));
+                    self.transmits.push_back((t.destination, t.contents.into()));
                 }
                 Ok(Output::Timeout(at)) => {
                     if self.channels.feed(&mut self.rtc) {

@@ -624,8 +624,7 @@ impl Host {
         let deadline = loop {
             match session.rtc.poll_output() {
                 Ok(Output::Transmit(t)) => {
-                    self.transmits
-                        .push_back((t.destination, t.contents.to_vec()));
+                    self.transmits.push_back((t.destination, t.contents.into()));
                 }
                 Ok(Output::Timeout(at)) => {
                     if ended.is_none() && session.channels.feed(&mut session.rtc) {
