@@ -216,6 +216,9 @@ pub struct HostStats {
     pub offers_refused: u64,
     /// Sessions that never opened their reliable channel in time.
     pub negotiations_expired: u64,
+    /// Negotiating sessions that gave their place to an offer from a new address (every
+    /// place taken).
+    pub negotiations_evicted: u64,
     /// Datagrams classified as WebRTC's that matched no session.
     pub datagrams_unmatched: u64,
     /// Frames dropped (bad header, sequence or size).
@@ -368,15 +371,29 @@ impl Host {
         if self.sessions.len() >= self.config.max_sessions {
             return Err(OfferError::Full);
         }
-        if self.negotiating >= self.config.max_negotiating {
-            return Err(OfferError::Busy);
-        }
         let from_ip = from
             .and_then(|ip| self.negotiating_by_ip.get(&ip))
             .copied()
             .unwrap_or(0);
         if from_ip >= self.config.max_negotiating_per_ip {
             return Err(OfferError::AddressBusy);
+        }
+        if self.negotiating >= self.config.max_negotiating {
+            // Under pressure, an address without a negotiation of its own takes the place of
+            // the oldest: a few addresses cannot hold every slot for the negotiation timeout.
+            let oldest = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.open_addr.is_none())
+                .min_by_key(|(_, s)| s.created)
+                .map(|(&id, _)| id);
+            match oldest.filter(|_| from.is_some() && from_ip == 0) {
+                Some(id) => {
+                    self.stats.negotiations_evicted += 1;
+                    self.end(id, CloseReason::Timeout);
+                }
+                None => return Err(OfferError::Busy),
+            }
         }
         let offer = Offer::parse(text).map_err(OfferError::Sdp)?;
         let identity = self.check_identity(&offer, now_unix)?;

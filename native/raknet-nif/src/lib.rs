@@ -369,6 +369,8 @@ fn start_endpoints<'a>(
     };
     let mut started: Vec<ResourceArc<EndpointResource>> = Vec::with_capacity(count);
     let serves_nethernet = options.nethernet.is_some();
+    // Datagrams the group's other endpoints handed to the hosting one, not yet taken.
+    let forwarded = Arc::new(AtomicUsize::new(0));
     let mut nethernet = options.nethernet;
     for (i, (socket, buffers, pktinfo)) in sockets.into_iter().enumerate() {
         let local = socket.local_addr().map_err(|e| error(env, io_error(&e)))?;
@@ -403,11 +405,12 @@ fn start_endpoints<'a>(
                 }
                 let host = raknet_nethernet::host::Host::new(config, n.key)
                     .map_err(|e| error(env, e.as_str()))?;
-                Some(driver::NetherNet::hosted(host))
+                Some(driver::NetherNet::hosted(host, forwarded.clone()))
             }
-            (None, Some(first)) if serves_nethernet => {
-                Some(driver::NetherNet::forward(first.tx.clone()))
-            }
+            (None, Some(first)) if serves_nethernet => Some(driver::NetherNet::forward(
+                first.tx.clone(),
+                forwarded.clone(),
+            )),
             (None, _) => None,
         };
         let thread_me = me.clone();

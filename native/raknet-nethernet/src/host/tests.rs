@@ -408,3 +408,46 @@ fn one_address_gets_its_share_of_negotiations() {
     host.close(now, ids[0]);
     host.accept_offer(now, NOW_UNIX, &o, &[], Some(a)).unwrap();
 }
+
+#[test]
+fn under_pressure_a_new_address_takes_the_oldest_negotiation() {
+    let now = Instant::now();
+    let mut host = Host::new(
+        HostConfig {
+            candidates: vec![SERVER.parse().unwrap()],
+            max_negotiating: 2,
+            ..HostConfig::default()
+        },
+        OperatorKey::generate(),
+    )
+    .unwrap();
+    let (a, b): (IpAddr, IpAddr) = (
+        "198.51.100.1".parse().unwrap(),
+        "198.51.100.2".parse().unwrap(),
+    );
+    let (_, o) = offer(now, None);
+    host.accept_offer(now, NOW_UNIX, &o, &[], Some(a)).unwrap();
+    host.accept_offer(now + Duration::from_millis(1), NOW_UNIX, &o, &[], Some(a))
+        .unwrap();
+    // Every place taken: a's third waits its turn, b takes the oldest of a's.
+    assert_eq!(
+        host.accept_offer(now, NOW_UNIX, &o, &[], Some(a))
+            .unwrap_err(),
+        OfferError::Busy
+    );
+    host.accept_offer(now, NOW_UNIX, &o, &[], Some(b)).unwrap();
+    assert_eq!(host.negotiating(), 2);
+    assert_eq!(host.stats().negotiations_evicted, 1);
+    // b holds one now: it waits its turn too, as does an offer whose sender is unknown.
+    assert_eq!(
+        host.accept_offer(now, NOW_UNIX, &o, &[], Some(b))
+            .unwrap_err(),
+        OfferError::Busy
+    );
+    assert_eq!(
+        host.accept_offer(now, NOW_UNIX, &o, &[], None).unwrap_err(),
+        OfferError::Busy
+    );
+    // Never reported: the evicted session had not opened.
+    assert!(host.poll_event().is_none());
+}

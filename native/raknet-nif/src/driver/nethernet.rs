@@ -15,6 +15,8 @@
 //! telemetry are the same code for both transports.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use raknet_nethernet::client::{Client, ClientEvent};
@@ -33,6 +35,12 @@ pub(crate) struct NetherNet {
     hosted: Option<Box<Hosted>>,
     /// Another endpoint of the group hosts them: datagrams for them go there.
     forward: Option<CommandTx>,
+    /// Datagrams handed to the hosting endpoint and not yet taken by it, the group's
+    /// forwarders together: past [`MAX_FORWARD_QUEUED`] more are dropped (spoofed
+    /// DTLS-looking floods must not grow the hosting thread's command queue).
+    queued: Arc<AtomicUsize>,
+    /// Datagrams dropped for that.
+    forward_dropped: u64,
     /// Sessions this endpoint opened as a client.
     clients: HashMap<ConnId, Outgoing>,
     /// The last [`ConnId::external`] serial given.
@@ -55,9 +63,12 @@ struct Outgoing {
     server: SocketAddr,
 }
 
+/// Forwarded datagrams waiting for the hosting endpoint, at most (see [`NetherNet`]).
+const MAX_FORWARD_QUEUED: usize = 4096;
+
 impl NetherNet {
-    /// Hosting a server's sessions.
-    pub(crate) fn hosted(host: Host) -> Self {
+    /// Hosting a server's sessions; `queued` is shared with the group's forwarders.
+    pub(crate) fn hosted(host: Host, queued: Arc<AtomicUsize>) -> Self {
         Self {
             hosted: Some(Box::new(Hosted {
                 host,
@@ -65,14 +76,16 @@ impl NetherNet {
                 sessions: HashMap::new(),
                 forwarded: 0,
             })),
+            queued,
             ..Self::default()
         }
     }
 
     /// Handing the server's datagrams to the endpoint that hosts its sessions.
-    pub(crate) fn forward(to: CommandTx) -> Self {
+    pub(crate) fn forward(to: CommandTx, queued: Arc<AtomicUsize>) -> Self {
         Self {
             forward: Some(to),
+            queued,
             ..Self::default()
         }
     }
@@ -143,8 +156,15 @@ impl Driver {
             return true;
         }
         if let Some(tx) = &n.forward {
+            if n.queued.fetch_add(1, Ordering::Relaxed) >= MAX_FORWARD_QUEUED {
+                n.queued.fetch_sub(1, Ordering::Relaxed);
+                n.forward_dropped += 1;
+                return true;
+            }
             let data = Bytes::copy_from_slice(data);
-            let _ = tx.send(Command::NetherNetDatagram { from, data });
+            if tx.send(Command::NetherNetDatagram { from, data }).is_err() {
+                n.queued.fetch_sub(1, Ordering::Relaxed);
+            }
             return true;
         }
         false
@@ -152,6 +172,9 @@ impl Driver {
 
     /// A datagram another endpoint of the group handed over.
     pub(super) fn nethernet_forwarded(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        if let Some(n) = &self.nethernet {
+            n.queued.fetch_sub(1, Ordering::Relaxed);
+        }
         if let Some(h) = self.hosted() {
             h.forwarded += 1;
             h.host.handle(now, from, data);
@@ -440,18 +463,25 @@ impl Driver {
         });
     }
 
-    /// `endpoint_info`'s `nethernet` entry (`nil` where this thread hosts no sessions).
+    /// `endpoint_info`'s `nethernet` entry: the host's counters, a forwarder's drops, or
+    /// `nil` (no NetherNet server on this socket).
     pub(super) fn nethernet_info_term<'a>(&self, env: Env<'a>) -> Term<'a> {
         let Some(h) = self.hosted_ref() else {
-            return atoms::nil().encode(env);
+            return match &self.nethernet {
+                Some(n) if n.forward.is_some() => {
+                    convert::map(env, &[("forward_dropped", n.forward_dropped)])
+                }
+                _ => atoms::nil().encode(env),
+            };
         };
         let s = h.host.stats();
-        let pairs: [(&str, u64); 9] = [
+        let pairs: [(&str, u64); 10] = [
             ("sessions", h.host.len() as u64),
             ("negotiating", h.host.negotiating() as u64),
             ("offers_answered", s.offers_answered),
             ("offers_refused", s.offers_refused),
             ("negotiations_expired", s.negotiations_expired),
+            ("negotiations_evicted", s.negotiations_evicted),
             ("datagrams_unmatched", s.datagrams_unmatched),
             ("frames_dropped", s.frames_dropped),
             ("sends_refused", s.sends_refused),
