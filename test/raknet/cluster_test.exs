@@ -94,6 +94,8 @@ defmodule RakNet.ClusterTest do
 
     # A group joined from C, seen on every node, broadcast to from C.
     assert :ok = on(c, RakNet.Group, :join, [one_pid, {:zone, 3}])
+    # The join is made on A; C's :pg hears of it just after.
+    :ok = on(c, Cluster, :await_members, [{:zone, 3}, [one_pid]])
     assert [^one_pid] = on(c, RakNet.Group, :members, [{:zone, 3}])
     assert [^one_pid] = :erpc.call(a, RakNet.Group, :local_members, [{:zone, 3}])
 
@@ -111,6 +113,8 @@ defmodule RakNet.ClusterTest do
     assert :ok = on(c, RakNet.Server, :ban, [server, "127.0.0.1", 60_000])
     assert_receive {:raknet_disconnect, ^one, _}, 5_000
     :ok = :erpc.call(a, Cluster, :await_down, [one_pid])
+    # C hears of the leave after A's :pg has.
+    :ok = on(c, Cluster, :await_members, [{:zone, 3}, []])
     assert [] = on(c, RakNet.Group, :members, [{:zone, 3}])
 
     assert {:error, :closed} = on(c, RakNet.Connection, :send, [one_pid, :reliable, <<0x86>>])
@@ -172,6 +176,9 @@ defmodule RakNet.ClusterTest do
     for {node, server, _} <- setups do
       :ok = :erpc.call(node, Cluster, :join_all, [server, :everyone])
     end
+
+    # C's :pg hears of A's and B's joins just after they are made.
+    :ok = on(c, Cluster, :await_members, [:everyone, pids])
 
     {result, remote_sends} =
       on(c, Cluster, :counting_remote_sends, [

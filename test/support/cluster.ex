@@ -125,6 +125,34 @@ defmodule RakNet.Test.Cluster do
     end
   end
 
+  @doc """
+  Waits (at most 5 s) until this node's view of `group` in `RakNet.Group` is `expected` (in
+  any order): a join or leave reaches the other nodes' `:pg` after the member's own node
+  has made it. Returns `:ok` or `{:error, {:timeout, members}}`.
+  """
+  def await_members(group, expected) do
+    {ref, members} = :pg.monitor(RakNet.Group, group)
+
+    try do
+      await_members(ref, Enum.sort(expected), members)
+    after
+      :pg.demonitor(RakNet.Group, ref)
+    end
+  end
+
+  defp await_members(ref, expected, members) do
+    if Enum.sort(members) == expected do
+      :ok
+    else
+      receive do
+        {^ref, :leave, _group, pids} -> await_members(ref, expected, members -- pids)
+        {^ref, :join, _group, pids} -> await_members(ref, expected, members ++ pids)
+      after
+        5_000 -> {:error, {:timeout, members}}
+      end
+    end
+  end
+
   @doc "Waits (at most 5 s) until this node is not connected to `node`."
   def await_nodedown(node) do
     # A monitor of a node that is not connected gets its :nodedown at once.
