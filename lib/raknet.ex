@@ -113,7 +113,11 @@ defmodule RakNet do
       reliabilities and receipts as on a server's NetherNet connections (see the NetherNet
       guide). `:identity` - `[token: jwt, key_pem: pem, domain: string]`: the player's
       assertion the offer carries (the token, from an auth service, names the public half of
-      `key_pem`, a P-384 PKCS#8 key, as its `cpk`). Failures: `{:error, {:signaling,
+      `key_pem`, a P-384 PKCS#8 key, as its `cpk`). `:batch_header` - `0xFE` for a Bedrock
+      server: its batches come and go without RakNet's game-packet byte on NetherNet, and
+      this puts it back in front of each message received and takes it off each message sent
+      that starts with it, so the code that speaks Bedrock over RakNet speaks it here
+      unchanged (default `nil`: messages as they travel). Failures: `{:error, {:signaling,
       reason}}` (the TCP connection or the HTTP
       exchange), `{:error, {:signaling, status, body}}` (refused),
       `{:error, {:protocol_violation, why}}` (an answer whose assertion does not verify).
@@ -141,7 +145,8 @@ defmodule RakNet do
       :proxy_header,
       :transport,
       :signaling_port,
-      :identity
+      :identity,
+      :batch_header
     ])
 
     timeout = Keyword.get(opts, :timeout, 10_000)
@@ -153,7 +158,16 @@ defmodule RakNet do
           native
 
         :nethernet ->
-          opts = Keyword.take(opts, [:signaling_port, :identity]) ++ [timeout: timeout]
+          header = opts[:batch_header]
+
+          unless is_nil(header) or header in 0..255,
+            do:
+              raise(ArgumentError, ":batch_header must be a byte or nil, got: #{inspect(header)}")
+
+          opts =
+            Keyword.take(opts, [:signaling_port, :identity, :batch_header]) ++
+              [timeout: timeout]
+
           Map.put(native, :nethernet, opts)
 
         other ->

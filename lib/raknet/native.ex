@@ -135,9 +135,9 @@ defmodule RakNet.Native do
           String.t(),
           :inet.port_number(),
           pid(),
-          map() | nil
+          %{identity: map() | nil, batch_header: 0..255 | nil}
         ) :: {:ok, reference(), binary()} | {:error, term()}
-  def endpoint_nethernet_connect(_endpoint, _local_ip, _host, _port, _owner, _identity),
+  def endpoint_nethernet_connect(_endpoint, _local_ip, _host, _port, _owner, _opts),
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

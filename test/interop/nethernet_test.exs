@@ -86,6 +86,43 @@ defmodule RakNet.Interop.NetherNetTest do
     assert_receive {:client_disconnect, _}, 5_000
   end
 
+  test "batch_header: 0xFE puts Bedrock's game-packet byte back in front and takes it off",
+       %{key_file: key_file} do
+    # Bedrock sends its batches over NetherNet without RakNet's 0xFE; with the option, a
+    # handler written for RakNet gets them as over RakNet.
+    {_server, port, http} = start_server(key_file, batch_header: 0xFE)
+    {:ok, plain} = RakNet.connect("127.0.0.1", port, transport: :nethernet, signaling_port: http)
+    assert_receive {:client_new, _, {:ok, %{transport: :nethernet}}}, 5_000
+
+    # A batch as the client sends it (compression byte 0x00 first): 0xFE in front for the
+    # handler; its echo, <<0xFE, 0x00, "batch">>, leaves without it.
+    assert {:ok, nil} = RakNet.Connection.send(plain, :reliable_ordered, <<0x00, "batch">>)
+    assert_receive {:client_received, _, 0xFE, 6}, 5_000
+    assert_receive {:raknet, ^plain, 0x00, "batch", _}, 5_000
+    :ok = RakNet.Connection.close(plain)
+    assert_receive {:client_disconnect, _}, 5_000
+
+    # The client role's option, against a server without it (which sees the wire's bytes).
+    {_server, port, http} = start_server(key_file)
+
+    {:ok, bedrock} =
+      RakNet.connect("127.0.0.1", port,
+        transport: :nethernet,
+        signaling_port: http,
+        batch_header: 0xFE
+      )
+
+    assert_receive {:client_new, _, {:ok, %{transport: :nethernet}}}, 5_000
+    assert {:ok, nil} = RakNet.Connection.send(bedrock, :reliable_ordered, <<0xFE, 0x00, "b">>)
+    assert_receive {:client_received, _, 0x00, 1}, 5_000
+    assert_receive {:raknet, ^bedrock, 0xFE, <<0x00, "b">>, _}, 5_000
+    :ok = RakNet.Connection.close(bedrock)
+
+    assert_raise ArgumentError, ~r/:batch_header must be a byte/, fn ->
+      RakNet.connect("127.0.0.1", port, transport: :nethernet, batch_header: 256)
+    end
+  end
+
   test "NetherNet over IPv6: the IPv6 socket's own sessions and signaling",
        %{key_file: key_file} do
     {server, _port} =
@@ -327,6 +364,10 @@ defmodule RakNet.Interop.NetherNetTest do
   test "bad :nethernet options are refused when the server starts" do
     assert_raise ArgumentError, ~r/:nethernet's :port/, fn ->
       RakNet.Server.Config.new(ChannelEcho, 0, nethernet: [port: -1])
+    end
+
+    assert_raise ArgumentError, ~r/:nethernet's :batch_header must be a byte/, fn ->
+      RakNet.Server.Config.new(ChannelEcho, 0, nethernet: [batch_header: 0x1FE])
     end
 
     assert_raise ArgumentError, ~r/unknown :nethernet option :nope/, fn ->

@@ -30,7 +30,7 @@ defmodule RakNet.NetherNet.Connect do
                  ntoa(ip),
                  port,
                  owner,
-                 identity(opts[:identity])
+                 %{identity: identity(opts[:identity]), batch_header: opts[:batch_header]}
                ) do
           case post(tcp, offer, deadline) do
             {:ok, answer} ->

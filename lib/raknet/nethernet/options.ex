@@ -33,6 +33,11 @@ defmodule RakNet.NetherNet.Options do
     * `:status` - what `GET /v1/join` answers besides the player count: `:name`, `:protocol`,
       `:version`, `:level`, `:game_type`, `:max_players` (default the server's
       `:max_connections`).
+    * `:batch_header` - `0xFE` for a Bedrock server (recommended there): Bedrock sends its
+      batches over NetherNet without RakNet's game-packet byte, and this puts it back in
+      front of each message received and takes it off each message sent that starts with
+      it, so one handler serves players of both transports unchanged. Default `nil`:
+      messages as they travel.
     * `:tls` - `[certfile: path, keyfile: path]`: signaling over HTTPS (clients then trust the
       certificate and show no key prompt). Default `nil`: plain HTTP.
     * `:max_sessions` (1 024), `:max_negotiating` (128), `:max_negotiating_per_ip` (4):
@@ -55,6 +60,7 @@ defmodule RakNet.NetherNet.Options do
             client_auth: :open,
             status: %{},
             tls: nil,
+            batch_header: nil,
             max_sessions: 1024,
             max_negotiating: 128,
             max_negotiating_per_ip: 4,
@@ -132,6 +138,9 @@ defmodule RakNet.NetherNet.Options do
     )
   end
 
+  defp validate(:batch_header, v),
+    do: check(:batch_header, v, is_nil(v) or v in 0..255, "a byte or nil")
+
   defp validate(:tls, nil), do: nil
 
   defp validate(:tls, v) do
@@ -202,7 +211,8 @@ defmodule RakNet.NetherNet.Options do
       client_auth: o.client_auth,
       max_sessions: o.max_sessions,
       max_negotiating: o.max_negotiating,
-      max_negotiating_per_ip: o.max_negotiating_per_ip
+      max_negotiating_per_ip: o.max_negotiating_per_ip,
+      batch_header: o.batch_header
     }
   end
 end

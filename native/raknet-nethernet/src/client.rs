@@ -17,7 +17,7 @@ use str0m::net::{Protocol, Receive};
 use str0m::{Candidate, Event, Input, Output, Rtc};
 
 use crate::channels::Channels;
-use crate::framing::MAX_MESSAGE;
+use crate::framing::MAX_RECEIVED;
 use crate::host::{CloseReason, SendError, RELIABLE_LABEL, UNRELIABLE_LABEL};
 use crate::identity::{envelope, Assertion, Identity, IdentityError, OperatorKey, Trust};
 use crate::sdp::{self, Offer};
@@ -120,7 +120,7 @@ impl Client {
         let client = Self {
             rtc,
             pending: Some(pending),
-            channels: Channels::new(MAX_MESSAGE),
+            channels: Channels::new(MAX_RECEIVED),
             connected: false,
             ended: false,
             server: None,

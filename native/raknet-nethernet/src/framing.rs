@@ -6,15 +6,21 @@
 
 use std::fmt;
 
-/// Payload bytes per fragment we send: 16 KiB frames, the size every WebRTC stack accepts
-/// (RFC 8831 §6.6 advises senders to stay at or below it).
-pub const FRAGMENT_PAYLOAD: usize = 16 * 1024 - 1;
+/// Payload bytes per fragment we send: 10,000, as Minecraft's own NetherNet segments (and
+/// the other implementations: go-nethernet's `maxMessageSize`), well under the 16 KiB
+/// every WebRTC stack accepts (RFC 8831 §6.6). The unreliable channel, which does not
+/// fragment, takes messages of at most this size. Fragments received may be of any size.
+pub const FRAGMENT_PAYLOAD: usize = 10_000;
 
 /// Fragments in one message at most: the header counts down from 255.
 pub const MAX_FRAGMENTS: usize = 256;
 
 /// The largest message [`fragments`] can frame: 256 fragments of [`FRAGMENT_PAYLOAD`].
 pub const MAX_MESSAGE: usize = MAX_FRAGMENTS * FRAGMENT_PAYLOAD;
+
+/// The largest message a session joins again by default: 4 MiB (a peer's fragments may be
+/// larger than ours).
+pub const MAX_RECEIVED: usize = 4 * 1024 * 1024;
 
 /// Why a frame was refused. The reassembler starts over after any of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -112,7 +112,7 @@ impl Default for HostConfig {
             max_negotiating_per_ip: 4,
             negotiation_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(20),
-            max_message: 4 * 1024 * 1024,
+            max_message: crate::framing::MAX_RECEIVED,
             max_buffered: 4 * 1024 * 1024,
             domain: "raknet".into(),
             token_lifetime: Duration::from_secs(24 * 3600),

@@ -179,11 +179,31 @@ fn proxy_protocol(map: Term<'_>) -> Result<Option<ProxyConfig>, &'static str> {
     Ok(Some(config))
 }
 
+/// A client session's options: `%{identity: nil | map, batch_header: nil | byte}` (both
+/// optional); the error names the bad key.
+pub(crate) fn nethernet_connect(
+    map: Term<'_>,
+) -> Result<
+    (
+        Option<raknet_nethernet::client::PlayerIdentity>,
+        crate::driver::BatchHeader,
+    ),
+    Atom,
+> {
+    let env = map.get_env();
+    let bad = |key: &'static str| Atom::from_str(env, key).unwrap_or_else(|_| atoms::einval());
+    // `nil` (no identity) decodes as a term too.
+    let identity = match opt::<Term<'_>>(map, "identity").map_err(bad)? {
+        Some(t) if !t.is_atom() => Some(player_identity(t)?),
+        _ => None,
+    };
+    let header = opt::<Option<u8>>(map, "batch_header").map_err(bad)?;
+    Ok((identity, crate::driver::BatchHeader(header.flatten())))
+}
+
 /// A client session's player identity: `%{token: binary, key_pem: binary, domain: binary}`
 /// (`domain` optional); the error names the bad key.
-pub(crate) fn player_identity(
-    map: Term<'_>,
-) -> Result<raknet_nethernet::client::PlayerIdentity, Atom> {
+fn player_identity(map: Term<'_>) -> Result<raknet_nethernet::client::PlayerIdentity, Atom> {
     let text = |key: &'static str| -> Result<Option<String>, Atom> {
         let atom = Atom::from_str(map.get_env(), key).map_err(|_| atoms::einval())?;
         match map.map_get(atom) {
@@ -208,11 +228,12 @@ pub(crate) fn player_identity(
 pub(crate) struct NetherNetOptions {
     pub(crate) config: raknet_nethernet::host::HostConfig,
     pub(crate) key: raknet_nethernet::identity::OperatorKey,
+    pub(crate) batch_header: crate::driver::BatchHeader,
 }
 
 /// The optional `nethernet` key: `%{key_pem: binary, domain: string, client_auth: :open |
 /// {:jwks, json}, max_sessions, max_negotiating, max_negotiating_per_ip,
-/// negotiation_timeout_ms, idle_timeout_ms}`
+/// negotiation_timeout_ms, idle_timeout_ms, batch_header: nil | byte}`
 /// (all but `key_pem` optional). NetherNet sessions then share the socket with RakNet.
 fn nethernet(map: Term<'_>) -> Result<Option<NetherNetOptions>, &'static str> {
     use raknet_nethernet::host::{ClientAuth, HostConfig};
@@ -255,7 +276,12 @@ fn nethernet(map: Term<'_>) -> Result<Option<NetherNetOptions>, &'static str> {
         client_auth,
         ..d
     };
-    Ok(Some(NetherNetOptions { config, key }))
+    let batch_header = crate::driver::BatchHeader(opt::<Option<u8>>(n, "batch_header")?.flatten());
+    Ok(Some(NetherNetOptions {
+        config,
+        key,
+        batch_header,
+    }))
 }
 
 /// The optional `send_proxy_header` key: `%{mode: ..., ip: "203.0.113.7", port: 5000}`.

@@ -405,7 +405,11 @@ fn start_endpoints<'a>(
                 }
                 let host = raknet_nethernet::host::Host::new(config, n.key)
                     .map_err(|e| error(env, e.as_str()))?;
-                Some(driver::NetherNet::hosted(host, forwarded.clone()))
+                Some(driver::NetherNet::hosted(
+                    host,
+                    n.batch_header,
+                    forwarded.clone(),
+                ))
             }
             (None, Some(first)) if serves_nethernet => Some(driver::NetherNet::forward(
                 first.tx.clone(),

@@ -55,9 +55,10 @@ fn endpoint_nethernet_offer<'a>(
 /// address the offer names for this endpoint's socket (the one this host reaches the server
 /// from); the caller takes the offer to the server's signaling and hands its answer to
 /// `conn_nethernet_answer/2`; `owner` then gets `{:raknet_connected, conn, info}` or
-/// `{:raknet_connect_failed, conn, reason}`, as for `endpoint_connect`. `identity`: `nil`, or
-/// `%{token: jwt, key_pem: pem, domain: binary}`, the player's assertion the offer carries
-/// (the token names the key's public half as `cpk`). Dirty: the session's DTLS certificate
+/// `{:raknet_connect_failed, conn, reason}`, as for `endpoint_connect`. `opts`: `%{identity:
+/// nil | %{token: jwt, key_pem: pem, domain: binary}, batch_header: nil | byte}`: the
+/// player's assertion the offer carries (the token names the key's public half as `cpk`),
+/// and the byte put in front of messages received and taken off messages sent. Dirty: the session's DTLS certificate
 /// is made here.
 #[rustler::nif(schedule = "DirtyCpu")]
 fn endpoint_nethernet_connect<'a>(
@@ -67,17 +68,14 @@ fn endpoint_nethernet_connect<'a>(
     host: String,
     port: u16,
     owner: LocalPid,
-    identity: Option<Term<'a>>,
+    opts: Term<'a>,
 ) -> Term<'a> {
     let (Some(local_ip), Some(server_ip)) = (parse_host(&local_ip), parse_host(&host)) else {
         return error(env, atoms::einval());
     };
-    // `nil` (no identity) decodes as a term too.
-    let identity = identity.filter(|t| !t.is_atom());
-    let identity = match identity.map(convert::player_identity) {
-        None => None,
-        Some(Ok(identity)) => Some(identity),
-        Some(Err(key)) => return error(env, (atoms::invalid_option(), key)),
+    let (identity, header) = match convert::nethernet_connect(opts) {
+        Ok(opts) => opts,
+        Err(key) => return error(env, (atoms::invalid_option(), key)),
     };
     if !endpoint.reaches(server_ip) || local_ip.is_ipv4() != server_ip.is_ipv4() {
         return error(env, atoms::einval());
@@ -93,6 +91,7 @@ fn endpoint_nethernet_connect<'a>(
         conn: conn.clone(),
         client: Box::new(client),
         server: SocketAddr::new(server_ip, port),
+        header,
         owner,
     };
     if endpoint.tx.send(cmd).is_err() {

@@ -528,8 +528,9 @@ impl Driver {
                 conn,
                 client,
                 server,
+                header,
                 owner,
-            } => self.nethernet_connect(conn, client, server, owner),
+            } => self.nethernet_connect(conn, client, server, header, owner),
             Command::NetherNetAnswer { key, answer } => self.nethernet_answer(now, key, &answer),
             Command::Stop(linger) => {
                 if self.stop_deadline.is_none() {
@@ -973,7 +974,7 @@ mod local_addrs;
 mod nethernet;
 mod shared;
 
-pub(crate) use nethernet::NetherNet;
+pub(crate) use nethernet::{BatchHeader, NetherNet};
 
 use delivery::{count_delivery, receipt_lost, send_batch, send_disconnect, send_message, Mail};
 use local_addrs::LocalAddrs;

@@ -54,6 +54,7 @@ struct Hosted {
     sessions: HashMap<ConnId, SessionId>,
     /// Datagrams other endpoints of the group handed over.
     forwarded: u64,
+    header: BatchHeader,
 }
 
 /// A session opened as a client.
@@ -61,6 +62,37 @@ struct Outgoing {
     client: Box<Client>,
     /// The server's UDP address, as the application named it.
     server: SocketAddr,
+    header: BatchHeader,
+}
+
+/// A byte the application's messages carry in front and NetherNet's do not: Bedrock's game
+/// packet byte `0xFE` (RakNet carries it; NetherNet does not), so that one handler serves
+/// both transports. Given, it is put in front of every message received, and taken off a
+/// message sent that starts with it (one that does not is sent as it is).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BatchHeader(pub(crate) Option<u8>);
+
+impl BatchHeader {
+    /// A received message as the application sees it.
+    fn received(self, payload: Vec<u8>) -> Bytes {
+        match self.0 {
+            None => Bytes::from(payload),
+            Some(byte) => {
+                let mut message = Vec::with_capacity(payload.len() + 1);
+                message.push(byte);
+                message.extend_from_slice(&payload);
+                Bytes::from(message)
+            }
+        }
+    }
+
+    /// A message to send as it goes on the wire.
+    fn to_send(self, data: &[u8]) -> &[u8] {
+        match (self.0, data.split_first()) {
+            (Some(byte), Some((&first, rest))) if first == byte => rest,
+            _ => data,
+        }
+    }
 }
 
 /// Forwarded datagrams waiting for the hosting endpoint, at most (see [`NetherNet`]).
@@ -68,13 +100,14 @@ const MAX_FORWARD_QUEUED: usize = 4096;
 
 impl NetherNet {
     /// Hosting a server's sessions; `queued` is shared with the group's forwarders.
-    pub(crate) fn hosted(host: Host, queued: Arc<AtomicUsize>) -> Self {
+    pub(crate) fn hosted(host: Host, header: BatchHeader, queued: Arc<AtomicUsize>) -> Self {
         Self {
             hosted: Some(Box::new(Hosted {
                 host,
                 conns: HashMap::new(),
                 sessions: HashMap::new(),
                 forwarded: 0,
+                header,
             })),
             queued,
             ..Self::default()
@@ -220,11 +253,19 @@ impl Driver {
         conn: ResourceArc<ConnResource>,
         client: Box<Client>,
         server: SocketAddr,
+        header: BatchHeader,
         owner: LocalPid,
     ) {
         let n = self.nethernet.get_or_insert_with(NetherNet::default);
         let id = n.next_id();
-        n.clients.insert(id, Outgoing { client, server });
+        n.clients.insert(
+            id,
+            Outgoing {
+                client,
+                server,
+                header,
+            },
+        );
         self.keys.insert(conn.key, id);
         self.conns
             .insert(id, Slot::new(conn, Some(owner), Role::Client));
@@ -284,11 +325,11 @@ impl Driver {
         let n = self.nethernet.as_mut().ok_or(host::SendError::Closed)?;
         let reliable = reliable_channel(reliability);
         if let Some(o) = n.clients.get_mut(&conn) {
-            return o.client.send(now, reliable, data);
+            return o.client.send(now, reliable, o.header.to_send(data));
         }
         let h = n.hosted.as_deref_mut().ok_or(host::SendError::Closed)?;
         let &id = h.sessions.get(&conn).ok_or(host::SendError::Closed)?;
-        h.host.send(now, id, reliable, data)
+        h.host.send(now, id, reliable, h.header.to_send(data))
     }
 
     /// Close a session (its `Disconnected` follows through [`Driver::nethernet_events`]).
@@ -381,9 +422,10 @@ impl Driver {
                 }
                 HostEvent::Message { id, payload, .. } => {
                     if let Some(&conn) = h.conns.get(&id) {
+                        let payload = h.header.received(payload);
                         self.event(Event::Message {
                             conn,
-                            payload: Bytes::from(payload),
+                            payload,
                             transit: Duration::ZERO,
                         });
                     }
@@ -409,16 +451,16 @@ impl Driver {
             let mut ended = false;
             while let Some(event) = o.client.poll_event() {
                 ended |= matches!(event, ClientEvent::Disconnected { .. });
-                events.push((id, o.server, event));
+                events.push((id, o.server, o.header, event));
             }
             !ended
         });
-        for (conn, server, event) in events {
+        for (conn, server, header, event) in events {
             match event {
                 ClientEvent::Connected => self.nethernet_client_connected(conn, server),
                 ClientEvent::Message { payload, .. } => self.event(Event::Message {
                     conn,
-                    payload: Bytes::from(payload),
+                    payload: header.received(payload),
                     transit: Duration::ZERO,
                 }),
                 ClientEvent::Disconnected { reason } => self.event(Event::Disconnected {
