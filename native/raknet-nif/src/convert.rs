@@ -755,6 +755,8 @@ pub(crate) fn connection_stats<'a>(env: Env<'a>, s: &ConnectionStats, dropped: u
         ("naks_received", s.naks_received),
         ("naks_sent", s.naks_sent),
         ("datagrams_lost", s.datagrams_lost),
+        ("datagrams_lost_by_order", s.datagrams_lost_by_order),
+        ("datagrams_reordered", s.datagrams_reordered),
         ("tail_probes", s.tail_probes),
         ("duplicates", s.duplicates),
         ("stale_dropped", s.stale_dropped),

@@ -41,8 +41,14 @@ pub struct ConnectionStats {
     /// Tail-loss probes sent: the newest unacknowledged frames resent after about two
     /// round trips without any acknowledgement, before the retransmission timeout.
     pub tail_probes: u64,
-    /// Our datagrams declared lost (NAK or timeout).
+    /// Our datagrams declared lost (NAK, order or timeout).
     pub datagrams_lost: u64,
+    /// Of those, declared lost because later datagrams were acknowledged while no NAK came
+    /// for them (a lost NAK, or a peer that does not send NAKs).
+    pub datagrams_lost_by_order: u64,
+    /// Of those, acknowledged after all: the path reordered them (each widens the
+    /// reordering allowance).
+    pub datagrams_reordered: u64,
     /// Duplicate datagrams or reliable frames received.
     pub duplicates: u64,
     /// Messages older than what was delivered on their channel, dropped.

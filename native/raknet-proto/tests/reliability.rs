@@ -204,6 +204,48 @@ fn guarantees_hold_at_30_percent_loss() {
     }
 }
 
+/// A datagram that later ones overtook is resent when their ACKs show it missing, not at
+/// the retransmission timeout, when no NAK ever comes for it (a lost NAK; a peer that sends
+/// none): here the server's NAKs are all dropped.
+#[test]
+fn losses_without_naks_are_found_by_order() {
+    for seed in 900..904 {
+        let link = LinkConfig::lossy(0.05).with_delay(Duration::from_millis(10));
+        let mut p = Pair::new(seed, lenient(), lenient(), link);
+        p.drop_server_naks = true;
+        let (c, _) = p.connect();
+        for n in 0..400 {
+            let msg = payload(Reliability::ReliableOrdered, 0, n, 1000);
+            p.client
+                .send(
+                    p.now,
+                    c,
+                    msg,
+                    SendOptions::new(Reliability::ReliableOrdered),
+                )
+                .unwrap();
+        }
+        let ok = p.drive_until(Duration::from_secs(60), |p| {
+            p.server_events
+                .iter()
+                .filter(|e| matches!(e, Event::Message { .. }))
+                .count()
+                == 400
+        });
+        assert!(ok, "seed {seed}: not every message arrived");
+        let s = p.client.connection_stats(c).unwrap();
+        assert_eq!(s.naks_received, 0, "seed {seed}");
+        assert!(s.datagrams_lost > 0, "seed {seed}: 5 % loss lost nothing?");
+        // Only datagrams no later one overtook (the tail) wait for a probe or the timeout.
+        assert!(
+            s.datagrams_lost_by_order * 10 >= s.datagrams_lost * 8,
+            "seed {seed}: {} of {} losses found by order",
+            s.datagrams_lost_by_order,
+            s.datagrams_lost
+        );
+    }
+}
+
 #[test]
 fn four_mib_message_arrives_intact_under_loss() {
     let mut p = Pair::new(42, lenient(), lenient(), link(0.05));

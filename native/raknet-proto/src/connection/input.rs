@@ -86,6 +86,13 @@ impl Connection {
                         .on_ack(seq, now, &mut c.rtt, c.cc.as_mut(), &mut c.receipts_out);
                 });
                 if self.flight.counters.acked_datagrams > before {
+                    let threshold = self.reorder_threshold();
+                    self.flight.detect_lost(
+                        now,
+                        threshold,
+                        self.cc.as_mut(),
+                        &mut self.receipts_out,
+                    );
                     self.last_receive = now;
                     self.backoff = 0;
                 }

@@ -200,6 +200,10 @@ const MIN_NAKS_PER_RTT: u64 = 16;
 /// ACKs 10 ms after the datagram arrived, on an update tick of up to 10 ms more (protocol
 /// reference §5.2); this engine within its `ack_delay` (10 ms by default).
 const MAX_PEER_ACK_DELAY: Duration = Duration::from_millis(20);
+/// The smallest reordering allowance of loss detection by order (see
+/// `Connection::reorder_threshold`): on a path of a millisecond or less, a quarter of it
+/// would take the scheduling jitter of either side for a loss.
+const MIN_REORDER_WINDOW: Duration = Duration::from_millis(2);
 
 /// The congestion controller `config` asks for, for datagrams of `udp_payload` bytes.
 fn controller(
@@ -621,6 +625,8 @@ impl Connection {
         s.backoff = self.backoff;
         s.naks_ignored += self.flight.counters.naks_ignored;
         s.datagrams_lost = self.flight.counters.lost_datagrams;
+        s.datagrams_lost_by_order = self.flight.counters.lost_by_order;
+        s.datagrams_reordered = self.flight.counters.reordered;
         s.send_queue_frames = self.queue.len();
         s.send_queue_bytes = self.queue.bytes;
         s.reliable_in_flight = self.flight.reliable_in_flight();

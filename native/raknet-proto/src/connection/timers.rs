@@ -136,6 +136,17 @@ impl Connection {
         }
     }
 
+    /// How long after its sending a datagram that a later one overtook counts as lost
+    /// ([`Flight::detect_lost`]): the round trip (the smoothed one or the latest sample,
+    /// whichever is longer) and a reordering allowance of a quarter of the smallest round
+    /// trip, at least [`MIN_REORDER_WINDOW`], widened by a quarter each time the path showed
+    /// it reorders more (RACK, RFC 8985 §6.2).
+    pub(super) fn reorder_threshold(&self) -> Duration {
+        let rtt = self.rtt.srtt().max(self.rtt.latest());
+        let allowance = self.rtt.min() / 4 * self.flight.reorder_quarters.max(1);
+        rtt + allowance.max(MIN_REORDER_WINDOW)
+    }
+
     /// The tail-loss probe timeout, as QUIC's: the smoothed RTT, four deviations, and the
     /// longest a peer holds its ACK ([`MAX_PEER_ACK_DELAY`], or our own `ack_delay` if
     /// longer); about two RTTs on a 20 ms path, where the RTO (2 SRTT + 4 RTTVAR + 30 ms) is

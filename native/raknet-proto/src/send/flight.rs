@@ -31,6 +31,9 @@ struct Record {
     reliable: Vec<MessageIndex>,
     unreliable_receipts: Vec<ReceiptId>,
     resolved: bool,
+    /// Declared lost by order ([`Flight::detect_lost`]): an ACK of it after all means the
+    /// path reorders more than the allowance.
+    lost_by_order: bool,
     app_limited: bool,
     /// Delivery-rate state when this datagram was sent (see [`DeliverySample`]).
     prior_delivered: u64,
@@ -44,6 +47,10 @@ struct InFlight {
     receipt: Option<ReceiptId>,
     carrier: DatagramSeq,
 }
+
+/// The widest reordering allowance of loss detection by order, in quarters of the smallest
+/// round trip (see [`Flight::reorder_quarters`]): a whole round trip.
+pub(crate) const MAX_REORDER_QUARTERS: u32 = 4;
 
 /// A datagram that was just sent, for [`Flight::on_sent`].
 #[derive(Debug)]
@@ -76,6 +83,10 @@ pub(crate) struct FlightCounters {
     /// NAKs of datagrams sent too recently for a genuine NAK to have come back.
     pub(crate) naks_ignored: u64,
     pub(crate) resends: u64,
+    /// Datagrams declared lost because later ones were acknowledged (no NAK came).
+    pub(crate) lost_by_order: u64,
+    /// Of those, acknowledged after all (reordered, not lost).
+    pub(crate) reordered: u64,
 }
 
 #[derive(Debug, Default)]
@@ -103,6 +114,12 @@ pub(crate) struct Flight {
     last_sent_at: Option<Instant>,
     last_ack_at: Option<Instant>,
     probed: bool,
+    /// When the newest datagram acknowledged so far was sent, for [`Flight::detect_lost`].
+    newest_acked_sent_at: Option<Instant>,
+    /// How many quarters of the smallest round trip the reordering allowance is: one, and
+    /// one more (up to [`MAX_REORDER_QUARTERS`]) each time a datagram declared lost by
+    /// order is acknowledged after all (RACK's `reo_wnd_mult`, RFC 8985 §6.2).
+    pub(crate) reorder_quarters: u32,
 }
 
 impl Flight {
@@ -241,6 +258,7 @@ impl Flight {
             reliable,
             unreliable_receipts,
             resolved: false,
+            lost_by_order: false,
             app_limited,
             prior_delivered: self.delivered,
             delivered_at: self.delivered_at.unwrap_or(now),
@@ -293,6 +311,11 @@ impl Flight {
         let r = &mut self.records[i];
         if r.resolved {
             // A late ACK after the datagram was declared lost still frees its frames.
+            if std::mem::take(&mut r.lost_by_order) {
+                self.counters.reordered += 1;
+                self.reorder_quarters =
+                    (self.reorder_quarters.max(1) + 1).min(MAX_REORDER_QUARTERS);
+            }
             let reliable = std::mem::take(&mut r.reliable);
             self.free_frames(&reliable, out);
             self.pop_resolved();
@@ -321,6 +344,9 @@ impl Flight {
             bytes_in_flight: self.bytes_in_flight,
         };
         self.first_sent_at = Some(sent_at);
+        if self.newest_acked_sent_at.is_none_or(|t| t < sent_at) {
+            self.newest_acked_sent_at = Some(sent_at);
+        }
         rtt.update(sample.rtt);
         cc.on_ack(seq, bytes, app_limited);
         cc.on_delivery(&sample);
@@ -339,6 +365,41 @@ impl Flight {
                     self.ack_part(id, out);
                 }
             }
+        }
+    }
+
+    /// Declare lost every unresolved datagram sent before the newest one acknowledged and at
+    /// least `threshold` ago (RACK's rule, RFC 8985: a later datagram got through, and this
+    /// one had the time it needed plus a reordering allowance). The peer's NAK normally says
+    /// so first; this covers a NAK that was itself lost, and peers that never send NAKs,
+    /// which would otherwise wait for the retransmission timeout (and its collapse of the
+    /// window). Counted as a NAK-reported loss for congestion control.
+    pub(crate) fn detect_lost(
+        &mut self,
+        now: Instant,
+        threshold: Duration,
+        cc: &mut dyn Controller,
+        out: &mut Vec<ReceiptOutcome>,
+    ) {
+        let Some(newest) = self.newest_acked_sent_at else {
+            return;
+        };
+        let mut lost = false;
+        for i in self.unresolved_from..self.records.len() {
+            let r = &self.records[i];
+            // Records are in sending order: the rest were sent later still, or too recently.
+            if r.sent_at >= newest || r.sent_at + threshold > now {
+                break;
+            }
+            if !r.resolved {
+                self.counters.lost_by_order += 1;
+                self.records[i].lost_by_order = true;
+                self.lose(i, cc, CongestionEvent::Nak, out);
+                lost = true;
+            }
+        }
+        if lost {
+            self.pop_resolved();
         }
     }
 
@@ -571,6 +632,56 @@ mod tests {
             SlidingWindow::new(1400, 1 << 20),
             Vec::new(),
         )
+    }
+
+    #[test]
+    fn a_datagram_overtaken_by_an_acknowledged_one_is_lost_after_the_threshold() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let (mut rtt, mut cc, mut out) = estimators();
+        let mut f = Flight::default();
+        f.on_sent(sent(0, t, vec![(reliable(0), None)], vec![], vec![]));
+        f.on_sent(sent(
+            1,
+            t + ms(5),
+            vec![(reliable(1), None)],
+            vec![],
+            vec![],
+        ));
+        f.on_sent(sent(
+            2,
+            t + ms(30),
+            vec![(reliable(2), None)],
+            vec![],
+            vec![],
+        ));
+        // Datagram 1 is acknowledged; 0, sent before it, is not (and no NAK comes).
+        f.on_ack(DatagramSeq::new(1), t + ms(25), &mut rtt, &mut cc, &mut out);
+        f.detect_lost(t + ms(25), ms(30), &mut cc, &mut out);
+        assert!(!f.has_resends(), "lost before its threshold");
+        f.detect_lost(t + ms(31), ms(30), &mut cc, &mut out);
+        assert_eq!(f.counters.lost_by_order, 1);
+        assert_eq!(f.counters.lost_datagrams, 1);
+        assert_eq!(
+            f.peek_resend().map(|p| p.message_index),
+            Some(MessageIndex::new(0))
+        );
+        // Datagram 2 was sent after the newest acknowledged one: never judged by order,
+        // however long it waits (the probe and the timeout are for it).
+        f.detect_lost(t + ms(900), ms(30), &mut cc, &mut out);
+        assert_eq!(f.counters.lost_by_order, 1);
+        // A late ACK of the lost datagram still frees its frame, and says the path
+        // reorders: the allowance widens.
+        assert_eq!(f.reorder_quarters, 0);
+        f.on_ack(
+            DatagramSeq::new(0),
+            t + ms(901),
+            &mut rtt,
+            &mut cc,
+            &mut out,
+        );
+        assert_eq!(f.reliable_in_flight(), 1);
+        assert_eq!((f.counters.reordered, f.reorder_quarters), (1, 2));
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub struct Pair {
     /// The first byte (the datagram's flags) of every datagram each side sent, in order.
     pub client_sent: Vec<u8>,
     pub server_sent: Vec<u8>,
+    /// The server's NAKs never leave (a peer that does not send them, or loses them all).
+    pub drop_server_naks: bool,
     buf: Vec<u8>,
 }
 
@@ -77,6 +79,7 @@ impl Pair {
             client_events: Vec::new(),
             client_sent: Vec::new(),
             server_sent: Vec::new(),
+            drop_server_naks: false,
             buf: Vec::with_capacity(2048),
         }
     }
@@ -96,7 +99,8 @@ impl Pair {
                 moved = true;
             }
             while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
-                if t.destination == self.client_addr {
+                let nak = self.buf[0] & 0xE0 == 0xA0;
+                if t.destination == self.client_addr && !(nak && self.drop_server_naks) {
                     self.server_sent.push(self.buf[0]);
                     self.s2c.send(self.now, self.buf[..t.size].to_vec());
                 }
