@@ -576,6 +576,38 @@ defmodule Bench do
   def load(args), do: with_server([echo: true], &load(&1, args))
 
   @doc """
+  Scenario 4's hop between raw UDP and `RakNet.Server`: `raknet-load` with `args` against
+  `raknet-echo`, the engine alone echoing from one blocking thread (no BEAM). Returns the
+  round trip's p50 and p99 (ms).
+  """
+  def engine_echo(args) do
+    echo = Port.open({:spawn_executable, Path.join(@bin, "raknet-echo")}, [:binary, {:line, 256}])
+
+    port =
+      receive do
+        {^echo, {:data, {:eol, "ECHO " <> p}}} -> String.to_integer(p)
+      after
+        5_000 -> raise "raknet-echo did not start"
+      end
+
+    try do
+      {out, status} =
+        System.cmd(Path.join(@bin, "raknet-load"), ["--port", "#{port}" | args],
+          stderr_to_stdout: true
+        )
+
+      if status != 0, do: raise("raknet-load exited with #{status}:\n#{out}")
+
+      %{
+        p50_ms: num(out, ~r/round trip\s+p50 ([\d.]+) ms/),
+        p99_ms: num(out, ~r/round trip\s+p50 [\d.]+ ms, p99 ([\d.]+) ms/)
+      }
+    after
+      Port.close(echo)
+    end
+  end
+
+  @doc """
   Runs `fun` with this VM (every thread: schedulers, and the endpoint threads started meanwhile,
   which inherit it) pinned to CPU 0, and returns its result; raknet-load runs on CPU 1 in
   `load/3` with `pin: true`. `nil` without `taskset` or with fewer than 2 CPUs.
@@ -985,8 +1017,10 @@ bulk5_bbr =
 
 IO.puts("-- 4. echo round trip at 1,000 msg/s (x#{n})")
 
-latency =
-  Bench.repeat(4, fn -> Bench.load(~w(--connections 1 --rate 1000 --size 64 --duration 3)) end)
+latency_args = ~w(--connections 1 --rate 1000 --size 64 --duration 3)
+latency = Bench.repeat(4, fn -> Bench.load(latency_args) end)
+# The same load against the engine alone (no BEAM): the hops of the round trip.
+engine_latency = Bench.repeat(4, fn -> Bench.engine_echo(latency_args) end)
 
 IO.puts("-- 5. scale: N connections x 20 msg/s of 40 B unreliable_sequenced, each echoed (x#{n})")
 
@@ -1068,6 +1102,13 @@ ours = m.(official, :ours)
 theirs = m.(official, :official)
 us = fn ms -> ms && ms * 1000 end
 lat = %{p50_us: us.(m.(latency, :p50_ms)), p99_us: us.(m.(latency, :p99_ms))}
+
+engine_lat = %{
+  p50_us: us.(m.(engine_latency, :p50_ms)),
+  p99_us: us.(m.(engine_latency, :p99_ms))
+}
+
+hop = fn a, b -> if is_number(a) and is_number(b), do: Float.round(a - b, 1), else: nil end
 
 b0 = %{
   seconds: m.(bulk0, :seconds),
@@ -1198,6 +1239,15 @@ rows =
       "p50 <= 3x raw UDP (sleep-paced)",
       "raw UDP, client sleeping between pings as raknet-load does: #{f.(udp[:rtt_p50_us])} / #{f.(udp[:rtt_p99_us])} µs, #{x.(Bench.ratio(lat.p50_us, udp[:rtt_p50_us]))} at p50; " <>
         "spinning: #{f.(udp[:rtt_spin_p50_us])} / #{f.(udp[:rtt_spin_p99_us])} µs"
+    ],
+    [
+      "4. the same, hop by hop (p50)",
+      c.(
+        engine_latency,
+        "raw UDP #{f.(udp[:rtt_p50_us])} µs; + the engine (raknet-echo, no BEAM) #{f.(hop.(engine_lat.p50_us, udp[:rtt_p50_us]))} µs = #{f.(engine_lat.p50_us)}; + the BEAM (the handler process and its send) #{f.(hop.(lat.p50_us, engine_lat.p50_us))} µs = #{f.(lat.p50_us)}"
+      ),
+      "",
+      "each hop's reference measured in the same run with the same sleeping client; raknet-echo waits in a blocking receive, as the raw UDP echo thread does"
     ],
     [
       "11. NetherNet (WebRTC data channel), 64 B reliable, one way / echoed",
@@ -1435,6 +1485,7 @@ results = %{
     loss_5_bbr: Map.put(b5_bbr, :runs, bulk5_bbr)
   },
   latency_1k_per_s: Map.put(lat, :runs, latency),
+  latency_1k_per_s_engine_only: Map.put(engine_lat, :runs, engine_latency),
   send_paths: %{ns_per_send_pid: by_pid, ns_per_send_handle: by_handle, runs: send_paths},
   broadcast_1000: %{us_per_broadcast: bc_call, us_per_1000_sends: bc_sends, runs: broadcast},
   scale: scale,

@@ -1,0 +1,89 @@
+//! `raknet-echo`: a RakNet echo server on the engine alone (no BEAM), for the benchmark's
+//! breakdown of the echo round trip into hops.
+//!
+//! ```text
+//! raknet-echo
+//! ```
+//!
+//! Binds `127.0.0.1:0`, prints `ECHO <port>` on stdout, and echoes every message back
+//! reliable-ordered (as the benchmark's Elixir handler does) from one thread that sleeps in a
+//! blocking receive until a datagram or the engine's next timer, the way a raw UDP echo
+//! thread waits. It exits when its standard input closes, so a benchmark that spawns it as a
+//! port cannot leak it.
+//!
+//! Against `raknet-load` it measures what the engine adds to a raw UDP round trip (the
+//! protocol's work and its ACKs); `RakNet.Server` on the same load adds the BEAM's hop on
+//! top (the message to the handler process and its send back).
+
+use std::io::{ErrorKind, Read};
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use raknet_proto::{Endpoint, EndpointConfig, Event, Limits, Reliability, SendOptions};
+
+/// The longest the thread sleeps with no timer due (it still notices a closed stdin).
+const IDLE: Duration = Duration::from_millis(100);
+
+fn main() -> std::io::Result<()> {
+    let socket = UdpSocket::bind("127.0.0.1:0")?;
+    let local = socket.local_addr()?;
+    println!("ECHO {}", local.port());
+
+    // Ends the process when the benchmark closes our stdin.
+    std::thread::spawn(|| {
+        let mut sink = [0u8; 64];
+        while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+        std::process::exit(0);
+    });
+
+    let config = EndpointConfig {
+        limits: Limits {
+            max_messages_per_sec: None,
+            ..Limits::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let mut ep = Endpoint::new(config, local, Instant::now());
+    let echo = SendOptions::new(Reliability::ReliableOrdered);
+    let (mut inbox, mut out) = (vec![0u8; 2048], Vec::with_capacity(2048));
+    loop {
+        let now = Instant::now();
+        let wait = ep
+            .poll_timeout()
+            .map_or(IDLE, |t| t.saturating_duration_since(now))
+            .clamp(Duration::from_micros(1), IDLE);
+        socket.set_read_timeout(Some(wait))?;
+        match socket.recv_from(&mut inbox) {
+            Ok((n, from)) => receive(&mut ep, &socket, &inbox[..n], from),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(e),
+        }
+        let now = Instant::now();
+        ep.handle_timeout(now);
+        while let Some(event) = ep.poll_event() {
+            if let Event::Message { conn, payload, .. } = event {
+                let _ = ep.send(now, conn, payload, echo);
+            }
+        }
+        while let Some(t) = ep.poll_transmit(now, &mut out) {
+            let _ = socket.send_to(&out[..t.size], t.destination);
+        }
+    }
+}
+
+/// Hand a datagram to the engine, then whatever else is already waiting (without blocking).
+fn receive(ep: &mut Endpoint, socket: &UdpSocket, first: &[u8], from: SocketAddr) {
+    ep.handle(
+        Instant::now(),
+        from,
+        bytes::Bytes::copy_from_slice(first),
+    );
+    if socket.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut buf = [0u8; 2048];
+    while let Ok((n, from)) = socket.recv_from(&mut buf) {
+        ep.handle(Instant::now(), from, bytes::Bytes::copy_from_slice(&buf[..n]));
+    }
+    let _ = socket.set_nonblocking(false);
+}
