@@ -73,17 +73,17 @@ fn main() -> std::io::Result<()> {
 
 /// Hand a datagram to the engine, then whatever else is already waiting (without blocking).
 fn receive(ep: &mut Endpoint, socket: &UdpSocket, first: &[u8], from: SocketAddr) {
-    ep.handle(
-        Instant::now(),
-        from,
-        bytes::Bytes::copy_from_slice(first),
-    );
+    ep.handle(Instant::now(), from, bytes::Bytes::copy_from_slice(first));
     if socket.set_nonblocking(true).is_err() {
         return;
     }
     let mut buf = [0u8; 2048];
     while let Ok((n, from)) = socket.recv_from(&mut buf) {
-        ep.handle(Instant::now(), from, bytes::Bytes::copy_from_slice(&buf[..n]));
+        ep.handle(
+            Instant::now(),
+            from,
+            bytes::Bytes::copy_from_slice(&buf[..n]),
+        );
     }
     let _ = socket.set_nonblocking(false);
 }
