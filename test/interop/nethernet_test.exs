@@ -79,6 +79,13 @@ defmodule RakNet.Interop.NetherNetTest do
     assert {:ok, nil} = RakNet.Connection.send(conn, :unreliable, "ping")
     assert_receive {:raknet, ^conn, ?p, "ing", _transit}, 5_000
 
+    # The unreliable channel does not fragment: one 10,000-byte segment at most, as
+    # Minecraft's own.
+    assert {:error, :too_large} =
+             RakNet.Connection.send(conn, :unreliable, :binary.copy(<<1>>, 10_001))
+
+    assert {:ok, nil} = RakNet.Connection.send(conn, :unreliable, :binary.copy(<<1>>, 10_000))
+
     # Receipts need per-message acknowledgements, which data channels do not give.
     assert {:error, :unsupported} = RakNet.Connection.send(conn, :reliable_ack_receipt, "x")
 
@@ -116,6 +123,14 @@ defmodule RakNet.Interop.NetherNetTest do
     assert {:ok, nil} = RakNet.Connection.send(bedrock, :reliable_ordered, <<0xFE, 0x00, "b">>)
     assert_receive {:client_received, _, 0x00, 1}, 5_000
     assert_receive {:raknet, ^bedrock, 0xFE, <<0x00, "b">>, _}, 5_000
+
+    # The byte taken off counts out of the unreliable channel's 10,000.
+    big = :binary.copy(<<1>>, 10_000)
+    assert {:ok, nil} = RakNet.Connection.send(bedrock, :unreliable, <<0xFE, big::binary>>)
+
+    assert {:error, :too_large} =
+             RakNet.Connection.send(bedrock, :unreliable, <<0xFE, 1, big::binary>>)
+
     :ok = RakNet.Connection.close(bedrock)
 
     assert_raise ArgumentError, ~r/:batch_header must be a byte/, fn ->

@@ -723,13 +723,19 @@ fn send_message<'a>(
     if conn.closed.load(Ordering::Relaxed) {
         return error(env, atoms::closed());
     }
-    if conn.nethernet {
+    if let Some(header) = conn.nethernet {
         // WebRTC data channels acknowledge nothing per message: no receipts. What waits to
         // be sent is bounded by the NetherNet host, which refuses (and counts) the rest.
         if reliability.has_receipt() {
             return error(env, atoms::unsupported());
         }
-        if data.len() > raknet_nethernet::framing::MAX_MESSAGE {
+        // The unreliable channel does not fragment: one segment at most.
+        let max = if driver::reliable_channel(reliability) {
+            raknet_nethernet::framing::MAX_MESSAGE
+        } else {
+            raknet_nethernet::framing::FRAGMENT_PAYLOAD
+        };
+        if header.to_send(data.as_slice()).len() > max {
             return error(env, atoms::too_large());
         }
     } else {

@@ -86,7 +86,7 @@ fn endpoint_nethernet_connect<'a>(
         Ok(made) => made,
         Err(_) => return error(env, atoms::einval()),
     };
-    let conn = ResourceArc::new(endpoint.new_nethernet_conn());
+    let conn = ResourceArc::new(endpoint.new_nethernet_conn(header));
     let cmd = Command::NetherNetConnect {
         conn: conn.clone(),
         client: Box::new(client),
@@ -108,7 +108,7 @@ fn conn_nethernet_answer<'a>(
     conn: ResourceArc<ConnResource>,
     answer: Binary<'a>,
 ) -> Term<'a> {
-    if !conn.nethernet || answer.len() > raknet_nethernet::sdp::MAX_SDP {
+    if conn.nethernet.is_none() || answer.len() > raknet_nethernet::sdp::MAX_SDP {
         return error(env, atoms::einval());
     }
     let Ok(answer) = std::str::from_utf8(answer.as_slice()) else {

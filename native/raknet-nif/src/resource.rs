@@ -83,9 +83,10 @@ impl EndpointResource {
 
     /// A handle for a NetherNet session of this endpoint: no RakNet send gate (the
     /// NetherNet host bounds what waits to be sent, and refuses the rest as counted drops).
-    pub(crate) fn new_nethernet_conn(&self) -> ConnResource {
+    /// A NetherNet session's resource; `header`: the byte its messages go without.
+    pub(crate) fn new_nethernet_conn(&self, header: crate::driver::BatchHeader) -> ConnResource {
         ConnResource {
-            nethernet: true,
+            nethernet: Some(header),
             ..ConnResource::new(self.tx.clone(), self.budget)
         }
     }
@@ -163,8 +164,9 @@ pub(crate) struct ConnResource {
     /// says (set at `endpoint_connect` for an owner that understands the batch form).
     pub(crate) batch_delivery: AtomicBool,
     pub(crate) monitor: Mutex<Option<Monitor>>,
-    /// A NetherNet session (WebRTC data channels) rather than a RakNet connection.
-    pub(crate) nethernet: bool,
+    /// A NetherNet session (WebRTC data channels) rather than a RakNet connection, and the
+    /// byte its messages go without on the wire (see [`crate::driver::BatchHeader`]).
+    pub(crate) nethernet: Option<crate::driver::BatchHeader>,
 }
 
 impl ConnResource {
@@ -183,7 +185,7 @@ impl ConnResource {
             flow_controlled: AtomicBool::new(false),
             batch_delivery: AtomicBool::new(false),
             monitor: Mutex::new(None),
-            nethernet: false,
+            nethernet: None,
         }
     }
 

@@ -974,7 +974,7 @@ mod local_addrs;
 mod nethernet;
 mod shared;
 
-pub(crate) use nethernet::{BatchHeader, NetherNet};
+pub(crate) use nethernet::{reliable_channel, BatchHeader, NetherNet};
 
 use delivery::{count_delivery, receipt_lost, send_batch, send_disconnect, send_message, Mail};
 use local_addrs::LocalAddrs;

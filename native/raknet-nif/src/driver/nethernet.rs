@@ -87,7 +87,7 @@ impl BatchHeader {
     }
 
     /// A message to send as it goes on the wire.
-    fn to_send(self, data: &[u8]) -> &[u8] {
+    pub(crate) fn to_send(self, data: &[u8]) -> &[u8] {
         match (self.0, data.split_first()) {
             (Some(byte), Some((&first, rest))) if first == byte => rest,
             _ => data,
@@ -499,7 +499,8 @@ impl Driver {
         addr: SocketAddr,
         identity: Option<raknet_nethernet::identity::Identity>,
     ) {
-        let res = ResourceArc::new(self.me.new_nethernet_conn());
+        let header = self.hosted_ref().map(|h| h.header).unwrap_or_default();
+        let res = ResourceArc::new(self.me.new_nethernet_conn(header));
         self.accepted(conn, res, None, |env| {
             convert::nethernet_info(env, addr, identity.as_ref())
         });
