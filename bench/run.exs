@@ -372,24 +372,33 @@ defmodule Bench do
     end
   end
 
+  # Starts one of the benchmark's tools as a port and waits for the line announcing its UDP
+  # port (`banner` then the number): `{port, udp_port}`. Closing the port ends the tool.
+  defp start_tool(name, args, banner) do
+    tool =
+      Port.open({:spawn_executable, Path.join(@bin, name)}, [:binary, {:line, 256}, args: args])
+
+    size = byte_size(banner)
+
+    receive do
+      {^tool, {:data, {:eol, <<^banner::binary-size(size), p::binary>>}}} ->
+        {tool, String.to_integer(p)}
+    after
+      5_000 -> raise "#{name} did not start"
+    end
+  end
+
   # -- 3. Bulk: one 16 MiB reliable_ordered message through a lossy relay --------------------
 
   def bulk(loss, seed, cc \\ :reno), do: with_server(&bulk(&1, loss, seed, cc))
 
   defp bulk(server, loss, seed, cc) do
-    relay =
-      Port.open({:spawn_executable, Path.join(@bin, "raknet-relay")}, [
-        :binary,
-        {:line, 256},
-        args: ~w(--target 127.0.0.1:#{server.port} --loss #{loss} --seed #{seed})
-      ])
-
-    relay_port =
-      receive do
-        {^relay, {:data, {:eol, "RELAY " <> p}}} -> String.to_integer(p)
-      after
-        5_000 -> raise "raknet-relay did not start"
-      end
+    {relay, relay_port} =
+      start_tool(
+        "raknet-relay",
+        ~w(--target 127.0.0.1:#{server.port} --loss #{loss} --seed #{seed}),
+        "RELAY "
+      )
 
     try do
       bulk_through(relay_port, loss, cc)
@@ -581,14 +590,7 @@ defmodule Bench do
   round trip's p50 and p99 (ms).
   """
   def engine_echo(args) do
-    echo = Port.open({:spawn_executable, Path.join(@bin, "raknet-echo")}, [:binary, {:line, 256}])
-
-    port =
-      receive do
-        {^echo, {:data, {:eol, "ECHO " <> p}}} -> String.to_integer(p)
-      after
-        5_000 -> raise "raknet-echo did not start"
-      end
+    {echo, port} = start_tool("raknet-echo", [], "ECHO ")
 
     try do
       {out, status} =
