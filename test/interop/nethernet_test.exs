@@ -58,7 +58,7 @@ defmodule RakNet.Interop.NetherNetTest do
 
   test "RakNet.connect(..., transport: :nethernet) speaks NetherNet to a server",
        %{key_file: key_file} do
-    {_server, port, http} = start_server(key_file)
+    {server, port, http} = start_server(key_file)
     {:ok, jwk} = RakNet.Native.nethernet_key_jwk(File.read!(key_file))
 
     assert {:ok, conn} =
@@ -88,6 +88,20 @@ defmodule RakNet.Interop.NetherNetTest do
 
     # Receipts need per-message acknowledgements, which data channels do not give.
     assert {:error, :unsupported} = RakNet.Connection.send(conn, :reliable_ack_receipt, "x")
+
+    # Broadcasts and groups reach NetherNet players as they reach RakNet ones.
+    assert {:ok, 1} = RakNet.Server.broadcast(server, :reliable_ordered, <<0x86, "all">>)
+    assert_receive {:raknet, ^conn, 0x86, "all", _transit}, 5_000
+    assert [%{pid: player}] = RakNet.Server.connections(server)
+    :ok = RakNet.Group.join(player, {:nethernet_zone, self()})
+
+    assert {:ok, 1} =
+             RakNet.Group.broadcast({:nethernet_zone, self()}, :unreliable, <<0x86, "zone">>)
+
+    assert_receive {:raknet, ^conn, 0x86, "zone", _transit}, 5_000
+
+    assert {:error, :too_large} =
+             RakNet.Server.broadcast(server, :unreliable, :binary.copy(<<1>>, 10_001))
 
     :ok = RakNet.Connection.close(conn)
     assert_receive {:client_disconnect, _}, 5_000

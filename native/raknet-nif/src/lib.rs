@@ -729,13 +729,7 @@ fn send_message<'a>(
         if reliability.has_receipt() {
             return error(env, atoms::unsupported());
         }
-        // The unreliable channel does not fragment: one segment at most.
-        let max = if driver::reliable_channel(reliability) {
-            raknet_nethernet::framing::MAX_MESSAGE
-        } else {
-            raknet_nethernet::framing::FRAGMENT_PAYLOAD
-        };
-        if header.to_send(data.as_slice()).len() > max {
+        if !nethernet_fits(header, reliability, data.as_slice()) {
             return error(env, atoms::too_large());
         }
     } else {
@@ -809,25 +803,34 @@ fn broadcast<'a>(
     let mut queued = 0usize;
     let (mut open, mut too_large) = (0usize, 0usize);
     for conn in &conns {
-        let Some(gate) = conn
-            .gate
-            .get()
-            .filter(|_| !conn.closed.load(Ordering::Relaxed))
-        else {
+        if conn.closed.load(Ordering::Relaxed) {
             continue;
-        };
-        match gate.admit(len) {
-            Ok(_) => open += 1,
-            Err(SendError::TooLarge) => {
-                open += 1;
+        }
+        if let Some(header) = conn.nethernet {
+            // A NetherNet session: no gate (its host bounds what waits), the size rule of
+            // `conn_send`.
+            open += 1;
+            if !nethernet_fits(header, reliability, data.as_slice()) {
                 too_large += 1;
                 continue;
             }
-            Err(SendError::QueueFull) => {
-                open += 1;
+        } else {
+            let Some(gate) = conn.gate.get() else {
                 continue;
+            };
+            match gate.admit(len) {
+                Ok(_) => open += 1,
+                Err(SendError::TooLarge) => {
+                    open += 1;
+                    too_large += 1;
+                    continue;
+                }
+                Err(SendError::QueueFull) => {
+                    open += 1;
+                    continue;
+                }
+                Err(_) => continue,
             }
-            Err(_) => continue,
         }
         match groups.iter_mut().find(|(tx, _)| tx.same_channel(&conn.tx)) {
             Some((_, keys)) => keys.push(conn.key),
@@ -853,6 +856,22 @@ fn broadcast<'a>(
         return error(env, atoms::too_large());
     }
     (atoms::ok(), queued).encode(env)
+}
+
+/// Whether a message fits a NetherNet session: the unreliable channel does not fragment
+/// (one segment at most), the reliable one takes [`raknet_nethernet::framing::MAX_MESSAGE`];
+/// counted as it goes on the wire (without the session's batch header).
+fn nethernet_fits(
+    header: driver::BatchHeader,
+    reliability: raknet_proto::Reliability,
+    data: &[u8],
+) -> bool {
+    let max = if driver::reliable_channel(reliability) {
+        raknet_nethernet::framing::MAX_MESSAGE
+    } else {
+        raknet_nethernet::framing::FRAGMENT_PAYLOAD
+    };
+    header.to_send(data).len() <= max
 }
 
 /// The atom of a send the engine's rules refused.
