@@ -17,8 +17,9 @@ use crate::framing::{self, FrameError, Reassembler, FRAGMENT_PAYLOAD};
 use crate::host::{SendError, RELIABLE_LABEL, UNRELIABLE_LABEL};
 
 /// What SCTP holds of one session's frames at most (see the module's doc): 16 KiB in flight
-/// or waiting, enough for a game's messages; bulk transfers over long round trips would want
-/// more.
+/// or waiting, or two frames when they are larger (a large message's 10,000-byte segments
+/// go two per round trip); enough for a game's messages, while bulk transfers over long
+/// round trips would want more.
 pub(crate) const SCTP_HELD: usize = 16 * 1024;
 
 /// One session's channels.
@@ -54,7 +55,7 @@ impl Channels {
                 self.queue.pop_front();
                 continue;
             };
-            if channel.buffered_amount() + frame.len() > SCTP_HELD.max(frame.len()) {
+            if channel.buffered_amount() + frame.len() > SCTP_HELD.max(2 * frame.len()) {
                 break;
             }
             if !channel.write(true, frame).unwrap_or(false) {
