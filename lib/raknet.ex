@@ -155,6 +155,10 @@ defmodule RakNet do
     native =
       case Keyword.get(opts, :transport, :raknet) do
         :raknet ->
+          for key <- [:signaling_port, :identity, :batch_header],
+              Keyword.has_key?(opts, key),
+              do: raise(ArgumentError, "#{inspect(key)} is an option of transport: :nethernet")
+
           native
 
         :nethernet ->

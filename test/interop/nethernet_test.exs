@@ -150,6 +150,11 @@ defmodule RakNet.Interop.NetherNetTest do
     assert_raise ArgumentError, ~r/:batch_header must be a byte/, fn ->
       RakNet.connect("127.0.0.1", port, transport: :nethernet, batch_header: 256)
     end
+
+    # Not silently ignored on a RakNet connection.
+    assert_raise ArgumentError, ~r/:batch_header is an option of transport: :nethernet/, fn ->
+      RakNet.connect("127.0.0.1", port, batch_header: 0xFE)
+    end
   end
 
   test "NetherNet over IPv6: the IPv6 socket's own sessions and signaling",

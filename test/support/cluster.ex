@@ -132,23 +132,26 @@ defmodule RakNet.Test.Cluster do
   """
   def await_members(group, expected) do
     {ref, members} = :pg.monitor(RakNet.Group, group)
+    deadline = System.monotonic_time(:millisecond) + 5_000
 
     try do
-      await_members(ref, Enum.sort(expected), members)
+      await_members(ref, Enum.sort(expected), members, deadline)
     after
       :pg.demonitor(RakNet.Group, ref)
     end
   end
 
-  defp await_members(ref, expected, members) do
+  defp await_members(ref, expected, members, deadline) do
     if Enum.sort(members) == expected do
       :ok
     else
+      left = max(deadline - System.monotonic_time(:millisecond), 0)
+
       receive do
-        {^ref, :leave, _group, pids} -> await_members(ref, expected, members -- pids)
-        {^ref, :join, _group, pids} -> await_members(ref, expected, members ++ pids)
+        {^ref, :leave, _group, pids} -> await_members(ref, expected, members -- pids, deadline)
+        {^ref, :join, _group, pids} -> await_members(ref, expected, members ++ pids, deadline)
       after
-        5_000 -> {:error, {:timeout, members}}
+        left -> {:error, {:timeout, members}}
       end
     end
   end

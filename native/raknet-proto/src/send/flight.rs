@@ -52,6 +52,10 @@ struct InFlight {
 /// round trip (see [`Flight::reorder_quarters`]): a whole round trip.
 pub(crate) const MAX_REORDER_QUARTERS: u32 = 4;
 
+/// Losses found by order, without a reordering seen, after which the allowance narrows back
+/// (RFC 8985 §6.2: 16 recoveries).
+pub(crate) const REORDER_PERSIST: u32 = 16;
+
 /// A datagram that was just sent, for [`Flight::on_sent`].
 #[derive(Debug)]
 pub(crate) struct Sent {
@@ -120,6 +124,9 @@ pub(crate) struct Flight {
     /// one more (up to [`MAX_REORDER_QUARTERS`]) each time a datagram declared lost by
     /// order is acknowledged after all (RACK's `reo_wnd_mult`, RFC 8985 §6.2).
     pub(crate) reorder_quarters: u32,
+    /// Losses found by order since the allowance last widened: after
+    /// [`REORDER_PERSIST`] of them it narrows back to one quarter (RACK's `reo_wnd_persist`).
+    reorder_calm: u32,
 }
 
 impl Flight {
@@ -315,6 +322,7 @@ impl Flight {
                 self.counters.reordered += 1;
                 self.reorder_quarters =
                     (self.reorder_quarters.max(1) + 1).min(MAX_REORDER_QUARTERS);
+                self.reorder_calm = 0;
             }
             let reliable = std::mem::take(&mut r.reliable);
             self.free_frames(&reliable, out);
@@ -400,6 +408,11 @@ impl Flight {
         }
         if lost {
             self.pop_resolved();
+            self.reorder_calm += 1;
+            if self.reorder_calm >= REORDER_PERSIST {
+                self.reorder_calm = 0;
+                self.reorder_quarters = 1;
+            }
         }
     }
 
@@ -682,6 +695,30 @@ mod tests {
         );
         assert_eq!(f.reliable_in_flight(), 1);
         assert_eq!((f.counters.reordered, f.reorder_quarters), (1, 2));
+        // Sixteen losses found by order with no reordering seen: back to one quarter.
+        for k in 0..REORDER_PERSIST {
+            let (lost, acked) = (3 + 2 * k, 4 + 2 * k);
+            let at = t + ms(1_000 + 100 * u64::from(k));
+            f.on_sent(sent(lost, at, vec![(reliable(lost), None)], vec![], vec![]));
+            f.on_sent(sent(
+                acked,
+                at + ms(1),
+                vec![(reliable(acked), None)],
+                vec![],
+                vec![],
+            ));
+            f.on_ack(
+                DatagramSeq::new(acked),
+                at + ms(20),
+                &mut rtt,
+                &mut cc,
+                &mut out,
+            );
+            f.detect_lost(at + ms(40), ms(30), &mut cc, &mut out);
+        }
+        // (Datagram 2, overtaken now, is found lost in the first of them too.)
+        assert_eq!(f.counters.lost_by_order, 2 + u64::from(REORDER_PERSIST));
+        assert_eq!(f.reorder_quarters, 1);
     }
 
     #[test]
