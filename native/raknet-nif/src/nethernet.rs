@@ -91,7 +91,6 @@ fn endpoint_nethernet_connect<'a>(
         conn: conn.clone(),
         client: Box::new(client),
         server: SocketAddr::new(server_ip, port),
-        header,
         owner,
     };
     if endpoint.tx.send(cmd).is_err() {

@@ -381,7 +381,6 @@ pub(crate) enum Command {
         conn: ResourceArc<ConnResource>,
         client: Box<raknet_nethernet::client::Client>,
         server: SocketAddr,
-        header: crate::driver::BatchHeader,
         owner: LocalPid,
     },
     /// The server's answer to a client session's offer.

@@ -528,9 +528,8 @@ impl Driver {
                 conn,
                 client,
                 server,
-                header,
                 owner,
-            } => self.nethernet_connect(conn, client, server, header, owner),
+            } => self.nethernet_connect(conn, client, server, owner),
             Command::NetherNetAnswer { key, answer } => self.nethernet_answer(now, key, &answer),
             Command::Stop(linger) => {
                 if self.stop_deadline.is_none() {

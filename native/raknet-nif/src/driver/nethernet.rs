@@ -62,7 +62,6 @@ struct Outgoing {
     client: Box<Client>,
     /// The server's UDP address, as the application named it.
     server: SocketAddr,
-    header: BatchHeader,
 }
 
 /// A byte the application's messages carry in front and NetherNet's do not: Bedrock's game
@@ -73,17 +72,13 @@ struct Outgoing {
 pub(crate) struct BatchHeader(pub(crate) Option<u8>);
 
 impl BatchHeader {
-    /// A received message as the application sees it.
-    fn received(self, payload: Vec<u8>) -> Bytes {
-        match self.0 {
-            None => Bytes::from(payload),
-            Some(byte) => {
-                let mut message = Vec::with_capacity(payload.len() + 1);
-                message.push(byte);
-                message.extend_from_slice(&payload);
-                Bytes::from(message)
-            }
+    /// A received message as the application sees it (the byte goes in front in place when
+    /// the buffer has room).
+    fn received(self, mut payload: Vec<u8>) -> Bytes {
+        if let Some(byte) = self.0 {
+            payload.insert(0, byte);
         }
+        Bytes::from(payload)
     }
 
     /// A message to send as it goes on the wire.
@@ -99,7 +94,8 @@ impl BatchHeader {
 const MAX_FORWARD_QUEUED: usize = 4096;
 
 impl NetherNet {
-    /// Hosting a server's sessions; `queued` is shared with the group's forwarders.
+    /// Hosting a server's sessions, whose messages go without `header`; `queued` is shared
+    /// with the group's forwarders.
     pub(crate) fn hosted(host: Host, header: BatchHeader, queued: Arc<AtomicUsize>) -> Self {
         Self {
             hosted: Some(Box::new(Hosted {
@@ -253,19 +249,11 @@ impl Driver {
         conn: ResourceArc<ConnResource>,
         client: Box<Client>,
         server: SocketAddr,
-        header: BatchHeader,
         owner: LocalPid,
     ) {
         let n = self.nethernet.get_or_insert_with(NetherNet::default);
         let id = n.next_id();
-        n.clients.insert(
-            id,
-            Outgoing {
-                client,
-                server,
-                header,
-            },
-        );
+        n.clients.insert(id, Outgoing { client, server });
         self.keys.insert(conn.key, id);
         self.conns
             .insert(id, Slot::new(conn, Some(owner), Role::Client));
@@ -322,14 +310,15 @@ impl Driver {
         data: &[u8],
         reliability: Reliability,
     ) -> Result<(), host::SendError> {
+        let data = self.nethernet_header(conn).to_send(data);
         let n = self.nethernet.as_mut().ok_or(host::SendError::Closed)?;
         let reliable = reliable_channel(reliability);
         if let Some(o) = n.clients.get_mut(&conn) {
-            return o.client.send(now, reliable, o.header.to_send(data));
+            return o.client.send(now, reliable, data);
         }
         let h = n.hosted.as_deref_mut().ok_or(host::SendError::Closed)?;
         let &id = h.sessions.get(&conn).ok_or(host::SendError::Closed)?;
-        h.host.send(now, id, reliable, h.header.to_send(data))
+        h.host.send(now, id, reliable, data)
     }
 
     /// Close a session (its `Disconnected` follows through [`Driver::nethernet_events`]).
@@ -422,12 +411,7 @@ impl Driver {
                 }
                 HostEvent::Message { id, payload, .. } => {
                     if let Some(&conn) = h.conns.get(&id) {
-                        let payload = h.header.received(payload);
-                        self.event(Event::Message {
-                            conn,
-                            payload,
-                            transit: Duration::ZERO,
-                        });
+                        self.nethernet_message(conn, payload);
                     }
                 }
                 HostEvent::Disconnected { id, reason } => {
@@ -441,6 +425,25 @@ impl Driver {
         }
     }
 
+    /// The batch header of a session's messages: its resource's (one owner of the fact, for
+    /// `conn_send`'s size rule and for the thread alike).
+    fn nethernet_header(&self, conn: ConnId) -> BatchHeader {
+        self.conns
+            .get(&conn)
+            .and_then(|slot| slot.res.nethernet)
+            .unwrap_or_default()
+    }
+
+    /// A session's message, as the connection contract delivers it.
+    fn nethernet_message(&mut self, conn: ConnId, payload: Vec<u8>) {
+        let payload = self.nethernet_header(conn).received(payload);
+        self.event(Event::Message {
+            conn,
+            payload,
+            transit: Duration::ZERO,
+        });
+    }
+
     /// The client sessions' events.
     fn nethernet_client_events(&mut self) {
         let Some(n) = &mut self.nethernet else {
@@ -451,18 +454,14 @@ impl Driver {
             let mut ended = false;
             while let Some(event) = o.client.poll_event() {
                 ended |= matches!(event, ClientEvent::Disconnected { .. });
-                events.push((id, o.server, o.header, event));
+                events.push((id, o.server, event));
             }
             !ended
         });
-        for (conn, server, header, event) in events {
+        for (conn, server, event) in events {
             match event {
                 ClientEvent::Connected => self.nethernet_client_connected(conn, server),
-                ClientEvent::Message { payload, .. } => self.event(Event::Message {
-                    conn,
-                    payload: header.received(payload),
-                    transit: Duration::ZERO,
-                }),
+                ClientEvent::Message { payload, .. } => self.nethernet_message(conn, payload),
                 ClientEvent::Disconnected { reason } => self.event(Event::Disconnected {
                     conn,
                     reason: disconnect_reason(reason),
