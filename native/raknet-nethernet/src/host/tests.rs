@@ -108,13 +108,28 @@ struct Seen {
 }
 
 fn host(auth: ClientAuth) -> Host {
-    let config = HostConfig {
-        candidates: vec![SERVER.parse().unwrap()],
+    host_with(HostConfig {
         client_auth: auth,
         domain: "test.example".into(),
         ..HostConfig::default()
+    })
+}
+
+/// A host on [`SERVER`] with `config`'s limits and a fresh operator key.
+fn host_with(config: HostConfig) -> Host {
+    let config = HostConfig {
+        candidates: vec![SERVER.parse().unwrap()],
+        ..config
     };
     Host::new(config, OperatorKey::generate()).unwrap()
+}
+
+/// Two addresses offers come from.
+fn two_addresses() -> (IpAddr, IpAddr) {
+    (
+        "198.51.100.1".parse().unwrap(),
+        "198.51.100.2".parse().unwrap(),
+    )
 }
 
 /// A player identity as the auth service `auth` would issue it.
@@ -308,15 +323,10 @@ fn required_identity_admits_the_auth_services_players_only() {
 #[test]
 fn unanswered_negotiations_expire_and_bound_the_host() {
     let mut now = Instant::now();
-    let mut host = Host::new(
-        HostConfig {
-            candidates: vec![SERVER.parse().unwrap()],
-            max_negotiating: 2,
-            ..HostConfig::default()
-        },
-        OperatorKey::generate(),
-    )
-    .unwrap();
+    let mut host = host_with(HostConfig {
+        max_negotiating: 2,
+        ..HostConfig::default()
+    });
     for _ in 0..2 {
         let (_, offer) = offer(now, None);
         host.accept_offer(now, NOW_UNIX, &offer, &[], None).unwrap();
@@ -374,19 +384,11 @@ fn idle_session_times_out_once() {
 #[test]
 fn one_address_gets_its_share_of_negotiations() {
     let now = Instant::now();
-    let mut host = Host::new(
-        HostConfig {
-            candidates: vec![SERVER.parse().unwrap()],
-            max_negotiating_per_ip: 2,
-            ..HostConfig::default()
-        },
-        OperatorKey::generate(),
-    )
-    .unwrap();
-    let (a, b): (IpAddr, IpAddr) = (
-        "198.51.100.1".parse().unwrap(),
-        "198.51.100.2".parse().unwrap(),
-    );
+    let mut host = host_with(HostConfig {
+        max_negotiating_per_ip: 2,
+        ..HostConfig::default()
+    });
+    let (a, b) = two_addresses();
     let mut ids = Vec::new();
     for _ in 0..2 {
         let (_, o) = offer(now, None);
@@ -412,19 +414,11 @@ fn one_address_gets_its_share_of_negotiations() {
 #[test]
 fn under_pressure_a_new_address_takes_the_oldest_negotiation() {
     let now = Instant::now();
-    let mut host = Host::new(
-        HostConfig {
-            candidates: vec![SERVER.parse().unwrap()],
-            max_negotiating: 2,
-            ..HostConfig::default()
-        },
-        OperatorKey::generate(),
-    )
-    .unwrap();
-    let (a, b): (IpAddr, IpAddr) = (
-        "198.51.100.1".parse().unwrap(),
-        "198.51.100.2".parse().unwrap(),
-    );
+    let mut host = host_with(HostConfig {
+        max_negotiating: 2,
+        ..HostConfig::default()
+    });
+    let (a, b) = two_addresses();
     let (_, o) = offer(now, None);
     host.accept_offer(now, NOW_UNIX, &o, &[], Some(a)).unwrap();
     host.accept_offer(now + Duration::from_millis(1), NOW_UNIX, &o, &[], Some(a))
