@@ -698,6 +698,65 @@ defmodule Bench do
   end
 
   @doc """
+  Scenario 10's reference: `raknet-echo --raw` (plain UDP from one thread in a blocking
+  receive, the four datagrams of a RakNet echo: message, ACK-sized answer, echo, ACK-sized
+  answer) pinned to CPU 0 under the same load from `raknet-load --raw` pinned to CPU 1, at
+  each of `counts`: whether it holds them (no echo missing, p99 <= 50 ms), its CPU per echo
+  and the share of the core that makes at 20 msg/s per connection.
+  """
+  def per_core_raw(counts) do
+    with taskset when is_binary(taskset) <- System.find_executable("taskset"),
+         true <- System.schedulers_online() >= 2 do
+      for conns <- counts, do: raw_load(taskset, conns)
+    else
+      _ -> []
+    end
+  end
+
+  defp raw_load(taskset, conns) do
+    echo =
+      Port.open({:spawn_executable, taskset}, [
+        :binary,
+        {:line, 256},
+        args: ["-c", "0", Path.join(@bin, "raknet-echo"), "--raw"]
+      ])
+
+    port =
+      receive do
+        {^echo, {:data, {:eol, "ECHO " <> p}}} -> String.to_integer(p)
+      after
+        5_000 -> raise "raknet-echo --raw did not start"
+      end
+
+    {:os_pid, echo_pid} = Port.info(echo, :os_pid)
+
+    try do
+      args =
+        ["-c", "1", Path.join(@bin, "raknet-load")] ++
+          ~w(--raw --port #{port} --connections #{conns} --rate 20 --size 40 --duration 8 --warmup 2)
+
+      ticks0 = Bench.Proc.cpu_ticks(echo_pid)
+      {out, 0} = System.cmd(taskset, args, stderr_to_stdout: true)
+      ticks = Bench.Proc.cpu_ticks(echo_pid) - ticks0
+      received = num(out, ~r/received\s+(\d+) messages/) || 0
+      unanswered = num(out, ~r/unanswered\s+(\d+)/)
+      p99 = num(out, ~r/round trip\s+p50 [\d.]+ ms, p99 ([\d.]+) ms/)
+      us = if received > 0, do: ticks * 10_000 / received
+
+      %{
+        connections: conns,
+        us_per_echo: us,
+        cpu_share_of_one_core: us && us * conns * 20 / 1_000_000,
+        p99_ms: p99,
+        unanswered: unanswered,
+        held: unanswered == 0 and is_number(p99) and p99 <= 50
+      }
+    after
+      Port.close(echo)
+    end
+  end
+
+  @doc """
   Scenario 5: `conns` connections x 20 msg/s of 40 B unreliable_sequenced, each echoed;
   the median of the runs per connection count.
   """
@@ -1064,6 +1123,16 @@ per_core =
       |> Bench.per_core(),
     else: []
 
+# Scenario 10's reference: plain UDP doing a RakNet echo's four datagrams, pinned the same way.
+per_core_raw =
+  if Bench.only?(10),
+    do:
+      System.get_env("BENCH_PER_CORE_RAW", "1000,3000")
+      |> String.split(",", trim: true)
+      |> Enum.map(&String.to_integer/1)
+      |> Bench.per_core_raw(),
+    else: []
+
 IO.puts("-- 7. send/3 from another process: to the connection pid, and to its handle (x#{n})")
 send_paths = Bench.repeat(7, &Bench.send_paths/0)
 
@@ -1173,6 +1242,24 @@ per_echo = fn s ->
       "(#{x.(Bench.ratio(us, 4 * wall_us))} 4 x #{f.(wall_us)} µs between datagrams); "
   else
     ""
+  end
+end
+
+# Scenario 10: the pinned server's CPU per echo, and against plain UDP's (its reference run
+# at the same count, pinned the same way, the same four datagrams per echo).
+per_core_us = fn step ->
+  cpu = step[:server_cpu_share_of_one_core]
+  rate = step[:in_per_s]
+  if is_number(cpu) and is_number(rate) and rate > 0, do: cpu * 1_000_000 / rate
+end
+
+raw_ratio = fn step ->
+  case Enum.find(per_core_raw, &(&1.connections == step.target_connections)) do
+    %{us_per_echo: raw} when is_number(raw) ->
+      ", #{x.(Bench.ratio(per_core_us.(step), raw))} plain UDP's #{f.(raw)}"
+
+    _ ->
+      ""
   end
 end
 
@@ -1311,7 +1398,15 @@ rows =
           "#{f.(step[:connections])} up, server #{f.(step[:server_cpu_share_of_one_core])} core, p50 / p99 #{f.(step[:p50_ms])} / #{f.(step[:p99_ms])} ms, #{f.(step[:unanswered])} missing"
         ),
         if(step.held, do: "held", else: "not held"),
-        "load tester #{f.(step[:load_tester_cpu_share_of_one_core])} core (pinned to the other CPU)"
+        "#{f.(per_core_us.(step))} µs of server CPU per echo#{raw_ratio.(step)}; load tester #{f.(step[:load_tester_cpu_share_of_one_core])} core (pinned to the other CPU)"
+      ]
+    end) ++
+    Enum.map(per_core_raw, fn r ->
+      [
+        "10. reference: #{f.(r.connections)} connections, plain UDP (4 datagrams per echo), pinned the same way",
+        "#{f.(r.cpu_share_of_one_core)} core (#{f.(r.us_per_echo)} µs per echo), p99 #{f.(r.p99_ms)} ms, #{f.(r.unanswered)} missing",
+        if(r.held, do: "held", else: "not held"),
+        "raknet-echo --raw (one thread, a blocking receive per datagram) against raknet-load --raw"
       ]
     end) ++
     Enum.map(scale, fn s ->
@@ -1494,6 +1589,7 @@ results = %{
   mmo: %{players: mmo_players, expected_per_s: mmo_expected, send_delay_ms: mmo_delay, runs: mmo},
   mmo_without_send_delay: %{runs: mmo_at_once},
   per_core: per_core,
+  per_core_raw: per_core_raw,
   nethernet: %{
     one_way_messages_per_s: m.(nn_one_way, :messages_per_s),
     echo_messages_per_s: m.(nn_echo, :messages_per_s),

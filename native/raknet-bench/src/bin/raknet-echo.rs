@@ -2,7 +2,7 @@
 //! breakdown of the echo round trip into hops.
 //!
 //! ```text
-//! raknet-echo
+//! raknet-echo [--raw]
 //! ```
 //!
 //! Binds `127.0.0.1:0`, prints `ECHO <port>` on stdout, and echoes every message back
@@ -14,6 +14,12 @@
 //! Against `raknet-load` it measures what the engine adds to a raw UDP round trip (the
 //! protocol's work and its ACKs); `RakNet.Server` on the same load adds the BEAM's hop on
 //! top (the message to the handler process and its send back).
+//!
+//! `--raw` echoes plain UDP instead, for `raknet-load --raw`: every datagram starting with
+//! `0x86` goes back as it came, followed by a 7-byte datagram (the size of a RakNet ACK of
+//! one datagram); anything else (the client's ACK-sized answers) is read and dropped. With
+//! the client's answer, that is a RakNet echo's four datagrams without the protocol: the
+//! reference for the server's CPU per echo and for how many players one core holds.
 
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, UdpSocket};
@@ -21,11 +27,18 @@ use std::time::{Duration, Instant};
 
 use raknet_proto::{Endpoint, EndpointConfig, Event, Limits, Reliability, SendOptions};
 
+/// The socket buffers `RakNet.Server` asks for.
+const SOCKET_BUFFER: usize = 8 << 20;
+
 /// The longest the thread sleeps with no timer due (it still notices a closed stdin).
 const IDLE: Duration = Duration::from_millis(100);
 
 fn main() -> std::io::Result<()> {
     let socket = UdpSocket::bind("127.0.0.1:0")?;
+    // The buffers `RakNet.Server` asks for (best effort, as it does).
+    let sock = socket2::SockRef::from(&socket);
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
     let local = socket.local_addr()?;
     println!("ECHO {}", local.port());
 
@@ -35,6 +48,10 @@ fn main() -> std::io::Result<()> {
         while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
         std::process::exit(0);
     });
+
+    if std::env::args().any(|a| a == "--raw") {
+        return echo_raw(&socket);
+    }
 
     let config = EndpointConfig {
         limits: Limits {
@@ -86,4 +103,17 @@ fn receive(ep: &mut Endpoint, socket: &UdpSocket, first: &[u8], from: SocketAddr
         );
     }
     let _ = socket.set_nonblocking(false);
+}
+
+/// `--raw`: one blocking receive per datagram, the echo and an ACK-sized datagram sent back.
+fn echo_raw(socket: &UdpSocket) -> std::io::Result<()> {
+    const ACK: [u8; 7] = [0xC0, 0, 1, 1, 0, 0, 0];
+    let mut inbox = vec![0u8; 2048];
+    loop {
+        let (n, from) = socket.recv_from(&mut inbox)?;
+        if inbox.first() == Some(&0x86) {
+            let _ = socket.send_to(&inbox[..n], from);
+            let _ = socket.send_to(&ACK, from);
+        }
+    }
 }

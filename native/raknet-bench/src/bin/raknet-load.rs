@@ -1,15 +1,20 @@
 //! `raknet-load`: open N RakNet connections to any server, send at a rate, report.
 //!
-//! Every simulated player has its own UDP socket and client engine; all of them run as tasks
-//! on one thread. Each message carries its send time, so when the server echoes (as
+//! Every simulated player has its own UDP socket and client engine; all of them run on one
+//! thread, in one `epoll` loop. Each message carries its send time, so when the server echoes (as
 //! `make server` does) the round trip is measured. Progress is printed every second and a
 //! summary at the end.
 //!
 //! ```text
 //! raknet-load [--host 127.0.0.1] [--port 19132] [--connections 100] [--rate 20] [--size 64]
 //!             [--reliability reliable_ordered] [--channel 0] [--duration 10] [--protocol 11]
-//!             [--verify] [--drain 15] [--warmup 0]
+//!             [--verify] [--drain 15] [--warmup 0] [--raw]
 //! ```
+//!
+//! `--raw` speaks plain UDP to `raknet-echo --raw`, the reference for what RakNet costs: each
+//! message is a datagram of its own, echoed with a 7-byte datagram beside it, and each echo
+//! answered with one: the four datagrams of a RakNet echo (message, ACK, echo, ACK), without
+//! the protocol's work.
 //!
 //! `--warmup SECS` leaves the round trips of messages sent in the first SECS seconds (the
 //! connection ramp) out of the summary's percentiles; every message still counts as answered
@@ -28,15 +33,16 @@
 //! player stops sending and waits up to `--drain` seconds for its missing reliable echoes
 //! before it closes. The summary then has `reliable`, `sequenced`, `dropped` and `verify` lines.
 
-use std::cell::RefCell;
-use std::io::ErrorKind;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use raknet_proto::{Endpoint, EndpointConfig, Event, Limits, Priority, Reliability, SendOptions};
-use tokio::net::UdpSocket;
+use mio::net::UdpSocket;
+use mio::{Events, Interest, Poll, Token};
+use raknet_proto::{
+    ConnId, Endpoint, EndpointConfig, Event, Limits, Priority, Reliability, SendOptions,
+};
 
 struct Args {
     server: SocketAddr,
@@ -52,6 +58,8 @@ struct Args {
     /// Round trips of messages sent before this point (from the start) are left out of the
     /// percentiles: the connection ramp is not the steady state.
     warmup: Duration,
+    /// `--raw`: plain UDP instead of RakNet, the reference for what the protocol costs.
+    raw: bool,
 }
 
 /// The tag of a message's reliability in its payload, which an echo server sends back with.
@@ -86,11 +94,16 @@ fn parse_args() -> Result<Args, String> {
         verify: false,
         drain: Duration::from_secs(15),
         warmup: Duration::ZERO,
+        raw: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--verify" {
             a.verify = true;
+            continue;
+        }
+        if flag == "--raw" {
+            a.raw = true;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -120,6 +133,9 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
+    if a.raw && a.verify {
+        return Err("--raw sends plain UDP: nothing to --verify".into());
+    }
     let ip = if host == "localhost" {
         "127.0.0.1".to_string()
     } else {
@@ -148,6 +164,9 @@ struct Totals {
     /// The current second's longest lateness of a player's timer: how long the load tester
     /// itself kept a send or a timer waiting (a round trip includes it).
     second_lag_us: u64,
+    /// The current second's longest wait of a received datagram for the load tester to read
+    /// it (not counted in round trips: they end when the kernel received the echo).
+    second_read_lag_us: u64,
     failures: Vec<String>,
     /// `--verify`: connections that ended before they closed themselves.
     dropped: usize,
@@ -200,192 +219,197 @@ impl ReliableEchoes {
     }
 }
 
-async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id: usize) {
-    let bind = if args.server.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    };
-    let Ok(socket) = UdpSocket::bind(bind).await else {
-        totals.borrow_mut().failed += 1;
-        return;
-    };
-    let local = socket.local_addr().unwrap_or(args.server);
-    let config = EndpointConfig {
-        rng_seed: id as u64 ^ 0x10ad,
-        protocol_versions: vec![args.protocol],
-        accept_incoming: false,
-        // The load tester chose its server: no limit on the server's message rate.
-        limits: Limits {
-            max_messages_per_sec: None,
-            ..Limits::default()
-        },
-        ..EndpointConfig::default()
-    };
-    let mut ep = Endpoint::new(config, local, Instant::now());
-    let Ok(conn) = ep.connect(Instant::now(), args.server) else {
-        totals.borrow_mut().failed += 1;
-        return;
-    };
-    let interval = Duration::from_secs_f64(1.0 / args.rate.max(0.001));
-    // Spread the players' send times over one interval.
-    let mut next_send: Option<Instant> = None;
-    let stop = start + args.duration;
-    let (mut recv, mut buf) = (RecvBufs::default(), Vec::with_capacity(2048));
-    let opts = SendOptions {
-        reliability: args.reliability,
-        channel: args.channel,
-        priority: Priority::High,
-    };
-    let mut seq = 0u64;
-    let mut connected = false;
-    let mut ever_connected = false;
-    // `--verify`: numbers sent per tag, the reliable echoes, the last sequenced echo.
-    let mut sent = [0u64; 2];
-    let mut reliable = ReliableEchoes::default();
-    let mut last_sequenced: Option<u64> = None;
-    // A verifying player stays (without sending) until its reliable echoes are all back, for
-    // at most `--drain`; it then closes, and leaves a second later.
-    let close_by = if args.verify { stop + args.drain } else { stop };
-    let mut leave_at = close_by + Duration::from_secs(1);
-    loop {
+/// What every player shares: the arguments, the run's start and when sending stops.
+struct Run {
+    args: Args,
+    start: Instant,
+    stop: Instant,
+    interval: Duration,
+}
+
+/// One simulated player: its socket, its client engine and what it has sent and received.
+struct Player {
+    id: usize,
+    socket: UdpSocket,
+    ep: Endpoint,
+    /// The RakNet connection; `None` with `--raw`.
+    conn: Option<ConnId>,
+    next_send: Option<Instant>,
+    seq: u64,
+    connected: bool,
+    ever_connected: bool,
+    /// `--verify`: numbers sent per tag, the reliable echoes, the last sequenced echo.
+    sent: [u64; 2],
+    reliable: ReliableEchoes,
+    last_sequenced: Option<u64>,
+    /// A verifying player stays (without sending) until its reliable echoes are all back,
+    /// for at most `--drain`; it then closes, and leaves a second later.
+    close_by: Instant,
+    leave_at: Instant,
+    /// The deadline the player is filed under in the loop's timer set.
+    filed: Option<Instant>,
+    /// When the kernel received the last datagram this wake-up read (Linux: its
+    /// `SO_TIMESTAMPNS`), so that an echo's round trip ends when it arrived, not when the
+    /// load tester came round to it.
+    arrived: Option<Instant>,
+}
+
+impl Player {
+    fn new(run: &Run, id: usize) -> Option<Self> {
+        let bind = if run.args.server.is_ipv4() {
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        } else {
+            SocketAddr::from(([0u16; 8], 0))
+        };
+        let socket = UdpSocket::bind(bind).ok()?;
+        // Connected, as a game client's socket usually is: the kernel keeps the route to the
+        // server instead of looking it up for every datagram sent.
+        socket.connect(run.args.server).ok()?;
+        #[cfg(target_os = "linux")]
+        nix::sys::socket::setsockopt(
+            &socket,
+            nix::sys::socket::sockopt::ReceiveTimestampns,
+            &true,
+        )
+        .ok()?;
+        let local = socket.local_addr().unwrap_or(run.args.server);
+        let config = EndpointConfig {
+            rng_seed: id as u64 ^ 0x10ad,
+            protocol_versions: vec![run.args.protocol],
+            accept_incoming: false,
+            // The load tester chose its server: no limit on the server's message rate.
+            limits: Limits {
+                max_messages_per_sec: None,
+                ..Limits::default()
+            },
+            ..EndpointConfig::default()
+        };
         let now = Instant::now();
-        if now >= leave_at {
-            break;
-        }
-        let wake = [
-            ep.poll_timeout(),
-            next_send.filter(|_| now < stop),
-            Some(if connected && now < close_by {
-                close_by
+        let mut ep = Endpoint::new(config, local, now);
+        let conn = if run.args.raw {
+            None
+        } else {
+            Some(ep.connect(now, run.args.server).ok()?)
+        };
+        let close_by = if run.args.verify {
+            run.stop + run.args.drain
+        } else {
+            run.stop
+        };
+        Some(Self {
+            id,
+            socket,
+            ep,
+            // `--raw` has no handshake: the first step starts sending.
+            next_send: conn.is_none().then_some(now),
+            conn,
+            seq: 0,
+            connected: false,
+            ever_connected: false,
+            sent: [0; 2],
+            reliable: ReliableEchoes::default(),
+            last_sequenced: None,
+            close_by,
+            leave_at: close_by + Duration::from_secs(1),
+            filed: None,
+            arrived: None,
+        })
+    }
+
+    /// When the player next has something to do without a datagram arriving.
+    fn deadline(&mut self, now: Instant, run: &Run) -> Instant {
+        [
+            self.ep.poll_timeout(),
+            self.next_send.filter(|_| now < run.stop),
+            Some(if self.connected && now < self.close_by {
+                self.close_by
             } else {
-                leave_at
+                self.leave_at
             }),
         ]
         .into_iter()
         .flatten()
         .min()
-        .unwrap_or(now);
-        tokio::select! {
-            r = socket.readable() => {
-                if r.is_ok() {
-                    recv_all(&socket, &mut recv, |data, from| {
-                        ep.handle(Instant::now(), from, Bytes::copy_from_slice(data));
-                    });
-                }
-            }
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
-                let lag = Instant::now().saturating_duration_since(wake).as_micros() as u64;
-                let mut t = totals.borrow_mut();
-                t.second_lag_us = t.second_lag_us.max(lag);
-            }
+        .unwrap_or(now)
+    }
+
+    /// Hand the engine every datagram waiting on the socket.
+    fn receive(&mut self, now: Instant, run: &Run, bufs: &mut RecvBufs, t: &mut Totals) {
+        if self.conn.is_none() {
+            return self.receive_raw(now, run, bufs, t);
         }
-        let now = Instant::now();
-        ep.handle_timeout(now);
-        if connected && now < stop && next_send.is_some_and(|t| now >= t) {
-            let payload = |n: u64, reliability| {
-                let mut payload = Vec::with_capacity(args.size);
-                payload.push(0x86);
-                payload.extend_from_slice(&(now - start).as_micros().to_be_bytes()[8..]);
-                payload.extend_from_slice(&n.to_be_bytes());
-                payload.push(tag(reliability));
-                payload.push(args.channel);
-                payload.resize(args.size, 0);
-                Bytes::from(payload)
-            };
-            if args.verify {
-                for (i, reliability) in [
-                    Reliability::ReliableOrdered,
-                    Reliability::UnreliableSequenced,
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    let opts = SendOptions {
-                        reliability,
-                        ..opts
-                    };
-                    if ep
-                        .send(now, conn, payload(sent[i], reliability), opts)
-                        .is_ok()
-                    {
-                        sent[i] += 1;
-                        let mut t = totals.borrow_mut();
-                        t.sent += 1;
-                        t.bytes_sent += args.size as u64;
-                        if i == 0 {
-                            t.reliable.sent += 1;
-                        } else {
-                            t.sequenced.sent += 1;
-                        }
-                    }
-                }
-            } else {
-                if ep
-                    .send(now, conn, payload(seq, args.reliability), opts)
-                    .is_ok()
-                {
-                    let mut t = totals.borrow_mut();
-                    t.sent += 1;
-                    t.bytes_sent += args.size as u64;
-                }
-                seq += 1;
-            }
-            next_send = next_send.map(|t| t + interval);
+        let (ep, arrived) = (&mut self.ep, &mut self.arrived);
+        recv_all(&self.socket, bufs, |data, from, at| {
+            let at = at.unwrap_or(now).min(now);
+            *arrived = Some(arrived.map_or(at, |a| a.max(at)));
+            ep.handle(now, from, Bytes::copy_from_slice(data));
+        });
+        if let Some(at) = self.arrived {
+            let late = now.saturating_duration_since(at).as_micros() as u64;
+            t.second_read_lag_us = t.second_read_lag_us.max(late);
         }
-        while let Some(e) = ep.poll_event() {
-            let mut t = totals.borrow_mut();
+    }
+
+    /// `--raw`: count each echo, and answer it with a datagram the size of a RakNet ACK of
+    /// one datagram, as a RakNet client's engine would (`raknet-echo --raw` sends one back
+    /// with each echo): the four datagrams of a RakNet echo, without the protocol.
+    fn receive_raw(&mut self, now: Instant, run: &Run, bufs: &mut RecvBufs, t: &mut Totals) {
+        let mut echoes = Vec::new();
+        recv_all(&self.socket, bufs, |data, _, at| {
+            if data.first() == Some(&0x86) {
+                echoes.push((at.unwrap_or(now).min(now), data.to_vec()));
+            }
+        });
+        for (at, echo) in echoes {
+            let late = now.saturating_duration_since(at).as_micros() as u64;
+            t.second_read_lag_us = t.second_read_lag_us.max(late);
+            self.echoed(at, run, t, &echo);
+            let _ = self.socket.send(&RAW_ACK);
+        }
+    }
+
+    /// Run the engine's timers if due, send when the player's tick has come, take its
+    /// events and send its datagrams. `false` once the player has left.
+    fn step(&mut self, now: Instant, run: &Run, t: &mut Totals, buf: &mut Vec<u8>) -> bool {
+        let args = &run.args;
+        if now >= self.leave_at {
+            return false;
+        }
+        let Some(conn) = self.conn else {
+            return self.step_raw(now, run, t);
+        };
+        if self.ep.poll_timeout().is_some_and(|due| due <= now) {
+            self.ep.handle_timeout(now);
+        }
+        if self.connected && now < run.stop && self.next_send.is_some_and(|at| now >= at) {
+            self.send_tick(now, run, t);
+            self.next_send = self.next_send.map(|at| at + run.interval);
+        }
+        while let Some(e) = self.ep.poll_event() {
             match e {
                 Event::Connected { .. } => {
-                    connected = true;
-                    ever_connected = true;
+                    self.connected = true;
+                    self.ever_connected = true;
                     t.connected += 1;
-                    next_send = Some(now + interval.mul_f64((id % 97) as f64 / 97.0));
+                    // Spread the players' send times over one interval.
+                    self.next_send = Some(now + run.interval.mul_f64((self.id % 97) as f64 / 97.0));
                 }
                 Event::Message { payload, .. } => {
-                    t.received += 1;
-                    t.bytes_received += payload.len() as u64;
-                    if payload.len() >= 9 && payload[0] == 0x86 {
-                        let sent_us =
-                            u64::from_be_bytes(payload[1..9].try_into().unwrap_or([0; 8]));
-                        let rtt = (now - start).as_micros() as u64
-                            - sent_us.min((now - start).as_micros() as u64);
-                        let rtt = rtt.min(u64::from(u32::MAX)) as u32;
-                        if sent_us >= args.warmup.as_micros() as u64 {
-                            t.rtts_us.push(rtt);
-                        }
-                        t.second_rtts_us.push(rtt);
-                        if args.verify && payload.len() >= HEADER {
-                            let n = u64::from_be_bytes(payload[9..17].try_into().unwrap_or([0; 8]));
-                            match payload[17] {
-                                TAG_RELIABLE_ORDERED => {
-                                    reliable.record(n, &mut t.reliable);
-                                    t.reliable.rtts_us.push(rtt);
-                                }
-                                TAG_UNRELIABLE_SEQUENCED => {
-                                    if last_sequenced.is_some_and(|last| n <= last) {
-                                        t.sequenced.out_of_order += 1;
-                                    } else {
-                                        last_sequenced = Some(n);
-                                        t.sequenced.echoed += 1;
-                                    }
-                                    t.sequenced.rtts_us.push(rtt);
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
+                    let at = self.arrived.unwrap_or(now);
+                    self.echoed(at, run, t, &payload);
                 }
                 Event::Disconnected { reason, .. } => {
-                    if args.verify && connected {
-                        t.reliable.lost += sent[0] - reliable.count;
+                    if args.verify && self.connected {
+                        t.reliable.lost += self.sent[0] - self.reliable.count;
                         t.dropped += 1;
                         if t.drop_reasons.len() < 5 {
-                            t.drop_reasons
-                                .push(format!("{reason} after {} reliable echoes", reliable.count));
+                            t.drop_reasons.push(format!(
+                                "{reason} after {} reliable echoes",
+                                self.reliable.count
+                            ));
                         }
                     }
-                    if ever_connected {
+                    if self.ever_connected {
                         t.disconnected += 1;
                     } else {
                         t.failed += 1;
@@ -393,23 +417,292 @@ async fn player(args: Rc<Args>, totals: Rc<RefCell<Totals>>, start: Instant, id:
                             t.failures.push(reason.to_string());
                         }
                     }
-                    return;
+                    return false;
                 }
                 _ => {}
             }
         }
-        while let Some(tx) = ep.poll_transmit(now, &mut buf) {
-            let _ = socket.send_to(&buf[..tx.size], tx.destination).await;
+        self.arrived = None;
+        while let Some(tx) = self.ep.poll_transmit(now, buf) {
+            // A full socket buffer drops the datagram, as the network would. The socket is
+            // connected to the only destination there is.
+            let _ = self.socket.send(&buf[..tx.size]);
         }
-        let all_back = reliable.count == sent[0];
-        if connected && now >= stop && (!args.verify || all_back || now >= close_by) {
+        let all_back = self.reliable.count == self.sent[0];
+        if self.connected && now >= run.stop && (!args.verify || all_back || now >= self.close_by) {
             if args.verify {
-                totals.borrow_mut().reliable.lost += sent[0] - reliable.count;
+                t.reliable.lost += self.sent[0] - self.reliable.count;
             }
-            ep.close(now, conn);
-            connected = false;
-            next_send = None;
-            leave_at = leave_at.min(now + Duration::from_secs(1));
+            self.ep.close(now, conn);
+            self.connected = false;
+            self.next_send = None;
+            self.leave_at = self.leave_at.min(now + Duration::from_secs(1));
+        }
+        true
+    }
+
+    /// `--raw`: send each tick's message as a datagram of its own; stop at the end of the
+    /// run and leave a second later (the echoes still on their way are counted).
+    fn step_raw(&mut self, now: Instant, run: &Run, t: &mut Totals) -> bool {
+        if !self.ever_connected {
+            self.connected = true;
+            self.ever_connected = true;
+            t.connected += 1;
+            self.next_send = Some(now + run.interval.mul_f64((self.id % 97) as f64 / 97.0));
+        }
+        if self.connected && now < run.stop && self.next_send.is_some_and(|at| now >= at) {
+            let payload = message(run, now, self.seq, run.args.reliability);
+            if self.socket.send(&payload).is_ok() {
+                t.sent += 1;
+                t.bytes_sent += payload.len() as u64;
+            }
+            self.seq += 1;
+            self.next_send = self.next_send.map(|at| at + run.interval);
+        }
+        if self.connected && now >= run.stop {
+            self.connected = false;
+            self.next_send = None;
+            self.leave_at = self.leave_at.min(now + Duration::from_secs(1));
+        }
+        true
+    }
+
+    /// Send this tick's message (`--verify`: one of each checked reliability).
+    fn send_tick(&mut self, now: Instant, run: &Run, t: &mut Totals) {
+        let Some(conn) = self.conn else {
+            return;
+        };
+        let args = &run.args;
+        let opts = SendOptions {
+            reliability: args.reliability,
+            channel: args.channel,
+            priority: Priority::High,
+        };
+        let payload = |n: u64, reliability| Bytes::from(message(run, now, n, reliability));
+        if !args.verify {
+            if self
+                .ep
+                .send(now, conn, payload(self.seq, args.reliability), opts)
+                .is_ok()
+            {
+                t.sent += 1;
+                t.bytes_sent += args.size as u64;
+            }
+            self.seq += 1;
+            return;
+        }
+        for (i, reliability) in [
+            Reliability::ReliableOrdered,
+            Reliability::UnreliableSequenced,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let opts = SendOptions {
+                reliability,
+                ..opts
+            };
+            if self
+                .ep
+                .send(now, conn, payload(self.sent[i], reliability), opts)
+                .is_ok()
+            {
+                self.sent[i] += 1;
+                t.sent += 1;
+                t.bytes_sent += args.size as u64;
+                if i == 0 {
+                    t.reliable.sent += 1;
+                } else {
+                    t.sequenced.sent += 1;
+                }
+            }
+        }
+    }
+
+    /// Count an echo that arrived at `now`: its round trip and, with `--verify`, its order.
+    fn echoed(&mut self, now: Instant, run: &Run, t: &mut Totals, payload: &[u8]) {
+        t.received += 1;
+        t.bytes_received += payload.len() as u64;
+        if payload.len() < 9 || payload[0] != 0x86 {
+            return;
+        }
+        let sent_us = u64::from_be_bytes(payload[1..9].try_into().unwrap_or([0; 8]));
+        let elapsed = (now - run.start).as_micros() as u64;
+        let rtt = (elapsed - sent_us.min(elapsed)).min(u64::from(u32::MAX)) as u32;
+        if sent_us >= run.args.warmup.as_micros() as u64 {
+            t.rtts_us.push(rtt);
+        }
+        t.second_rtts_us.push(rtt);
+        if !run.args.verify || payload.len() < HEADER {
+            return;
+        }
+        let n = u64::from_be_bytes(payload[9..17].try_into().unwrap_or([0; 8]));
+        match payload[17] {
+            TAG_RELIABLE_ORDERED => {
+                self.reliable.record(n, &mut t.reliable);
+                t.reliable.rtts_us.push(rtt);
+            }
+            TAG_UNRELIABLE_SEQUENCED => {
+                if self.last_sequenced.is_some_and(|last| n <= last) {
+                    t.sequenced.out_of_order += 1;
+                } else {
+                    self.last_sequenced = Some(n);
+                    t.sequenced.echoed += 1;
+                }
+                t.sequenced.rtts_us.push(rtt);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A message sent at `now`: its id, send time, number, reliability tag and channel, padded to
+/// `--size`.
+fn message(run: &Run, now: Instant, n: u64, reliability: Reliability) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(run.args.size);
+    payload.push(0x86);
+    payload.extend_from_slice(&(now - run.start).as_micros().to_be_bytes()[8..]);
+    payload.extend_from_slice(&n.to_be_bytes());
+    payload.push(tag(reliability));
+    payload.push(run.args.channel);
+    payload.resize(run.args.size, 0);
+    payload
+}
+
+/// `--raw`: what a player sends back for each echo, the size of a RakNet ACK of one datagram
+/// (`0xC0`, one range, one datagram number).
+const RAW_ACK: [u8; 7] = [0xC0, 0, 1, 1, 0, 0, 0];
+
+/// Every player on one thread: one `epoll` set of their sockets, one ordered set of their
+/// deadlines. A wake-up serves every socket that is readable and every deadline that is due,
+/// and a player is stepped only then: no task, future or timer registration per player.
+fn run_players(run: &Run, t: &mut Totals) -> std::io::Result<()> {
+    let mut poll = Poll::new()?;
+    let mut events = Events::with_capacity(1024);
+    let mut players: Vec<Option<Player>> = Vec::with_capacity(run.args.connections);
+    let mut timers: BTreeSet<(Instant, usize)> = BTreeSet::new();
+    let (mut bufs, mut buf) = (RecvBufs::default(), Vec::with_capacity(2048));
+    let now = Instant::now();
+    for id in 0..run.args.connections {
+        let player = Player::new(run, id).and_then(|mut p| {
+            poll.registry()
+                .register(&mut p.socket, Token(id), Interest::READABLE)
+                .ok()?;
+            Some(p)
+        });
+        match player {
+            Some(mut p) => {
+                let at = p.deadline(now, run);
+                p.filed = Some(at);
+                timers.insert((at, id));
+                players.push(Some(p));
+            }
+            None => {
+                t.failed += 1;
+                players.push(None);
+            }
+        }
+    }
+    let mut live = players.iter().flatten().count();
+    let mut progress = Progress::new(run);
+    let mut woken: Vec<usize> = Vec::new();
+    while live > 0 {
+        let now = Instant::now();
+        let next = timers
+            .first()
+            .map_or(progress.next, |&(at, _)| at.min(progress.next));
+        // `mio` rounds a timeout up to the next millisecond, as tokio's timer did.
+        poll.poll(&mut events, Some(next.saturating_duration_since(now)))?;
+        let now = Instant::now();
+        for event in events.iter() {
+            let id = event.token().0;
+            if let Some(Some(p)) = players.get_mut(id) {
+                p.receive(now, run, &mut bufs, t);
+                woken.push(id);
+            }
+        }
+        while let Some(&(at, id)) = timers.first() {
+            if at > now {
+                break;
+            }
+            timers.pop_first();
+            if let Some(Some(p)) = players.get_mut(id) {
+                p.filed = None;
+            }
+            t.second_lag_us = t
+                .second_lag_us
+                .max(now.saturating_duration_since(at).as_micros() as u64);
+            woken.push(id);
+        }
+        woken.sort_unstable();
+        woken.dedup();
+        for id in woken.drain(..) {
+            let Some(slot) = players.get_mut(id) else {
+                continue;
+            };
+            let Some(p) = slot.as_mut() else {
+                continue;
+            };
+            if !p.step(now, run, t, &mut buf) {
+                if let Some(at) = p.filed {
+                    timers.remove(&(at, id));
+                }
+                let _ = poll.registry().deregister(&mut p.socket);
+                *slot = None;
+                live -= 1;
+                continue;
+            }
+            let at = p.deadline(now, run);
+            if p.filed != Some(at) {
+                if let Some(old) = p.filed.replace(at) {
+                    timers.remove(&(old, id));
+                }
+                timers.insert((at, id));
+            }
+        }
+        if now >= progress.next {
+            progress.print(now, run, t);
+        }
+    }
+    Ok(())
+}
+
+/// The progress line printed every second.
+struct Progress {
+    next: Instant,
+    last: (u64, u64),
+}
+
+impl Progress {
+    fn new(run: &Run) -> Self {
+        Self {
+            next: run.start + Duration::from_secs(1),
+            last: (0, 0),
+        }
+    }
+
+    fn print(&mut self, now: Instant, run: &Run, t: &mut Totals) {
+        let mut second = std::mem::take(&mut t.second_rtts_us);
+        second.sort_unstable();
+        let p99 = if second.is_empty() {
+            String::new()
+        } else {
+            format!(" p99 {:.1} ms", percentile(&second, 0.99))
+        };
+        let lag = std::mem::take(&mut t.second_lag_us) as f64 / 1000.0;
+        let read_lag = std::mem::take(&mut t.second_read_lag_us) as f64 / 1000.0;
+        println!(
+            "  {:>5.1}s connected {}/{} failed {} | out {}/s in {}/s{p99}, own timers late by up to {lag:.1} ms, datagrams read {read_lag:.1} ms after they arrived",
+            now.duration_since(run.start).as_secs_f64(),
+            t.connected - t.disconnected.min(t.connected),
+            run.args.connections,
+            t.failed,
+            t.sent - self.last.0,
+            t.received - self.last.1
+        );
+        self.last = (t.sent, t.received);
+        while self.next <= now {
+            self.next += Duration::from_secs(1);
         }
     }
 }
@@ -426,54 +719,69 @@ impl Default for RecvBufs {
 /// Datagrams one receive call takes at most.
 const RECV_BATCH: usize = 8;
 
-/// Hand `f` every datagram waiting on `socket`. On Linux one `recvmmsg` per wake-up: a call
-/// that comes back short emptied the socket, and tokio's readiness is cleared then as a
-/// `WouldBlock` would clear it (a datagram arriving later raises a new edge-triggered event),
-/// without the second call that would find nothing. Load-tester CPU is what the server
-/// cannot use on a small machine.
+/// Hand `f` every datagram waiting on `socket`. On Linux one `recvmmsg` per wake-up: the
+/// socket is registered edge-triggered, and a call that comes back short emptied it (a
+/// datagram arriving later raises a new event), so no second call is made to find nothing.
+/// Load-tester CPU is what the server cannot use on a small machine.
 #[cfg(target_os = "linux")]
-fn recv_all(socket: &UdpSocket, bufs: &mut RecvBufs, mut f: impl FnMut(&[u8], SocketAddr)) {
-    use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+fn recv_all(
+    socket: &UdpSocket,
+    bufs: &mut RecvBufs,
+    mut f: impl FnMut(&[u8], SocketAddr, Option<Instant>),
+) {
+    use nix::sys::socket::{
+        recvmmsg, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage,
+    };
+    use nix::sys::time::TimeSpec;
     use std::io::IoSliceMut;
     use std::os::fd::AsRawFd;
     let room = bufs.0.len();
-    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(room, None);
+    let mut headers =
+        MultiHeaders::<SockaddrStorage>::preallocate(room, Some(nix::cmsg_space!(TimeSpec)));
+    // The kernel stamps datagrams with the real-time clock: an arrival is turned into an
+    // `Instant` by its age, read against both clocks at once.
+    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+    let wall = wall
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     loop {
-        let mut drained = false;
-        let read = socket.try_io(tokio::io::Interest::READABLE, || {
-            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
-                .0
-                .iter_mut()
-                .map(|b| [IoSliceMut::new(b.as_mut_slice())])
-                .collect();
-            let msgs = recvmmsg(
-                socket.as_raw_fd(),
-                &mut headers,
-                iovs.iter_mut(),
-                MsgFlags::empty(),
-                None,
-            )?;
-            let mut n = 0;
-            for msg in msgs {
-                n += 1;
-                let from = msg.address.as_ref().and_then(|a| {
-                    match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
-                        (Some(v4), _) => Some(SocketAddr::V4((*v4).into())),
-                        (None, Some(v6)) => Some(SocketAddr::V6((*v6).into())),
-                        (None, None) => None,
-                    }
-                });
-                if let (Some(from), Some(data)) = (from, msg.iovs().next()) {
-                    f(data, from);
+        let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
+            .0
+            .iter_mut()
+            .map(|b| [IoSliceMut::new(b.as_mut_slice())])
+            .collect();
+        let Ok(msgs) = recvmmsg(
+            socket.as_raw_fd(),
+            &mut headers,
+            iovs.iter_mut(),
+            MsgFlags::empty(),
+            None,
+        ) else {
+            // WouldBlock (emptied), or an error the next datagram will raise again.
+            return;
+        };
+        let mut n = 0;
+        for msg in msgs {
+            n += 1;
+            let from = msg.address.as_ref().and_then(|a| {
+                match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
+                    (Some(v4), _) => Some(SocketAddr::V4((*v4).into())),
+                    (None, Some(v6)) => Some(SocketAddr::V6((*v6).into())),
+                    (None, None) => None,
                 }
+            });
+            let arrived = msg.cmsgs().ok().and_then(|mut c| {
+                c.find_map(|c| match c {
+                    ControlMessageOwned::ScmTimestampns(ts) => Some(Duration::from(ts)),
+                    _ => None,
+                })
+            });
+            let arrived = arrived.and_then(|at| now.checked_sub(wall.saturating_sub(at)));
+            if let (Some(from), Some(data)) = (from, msg.iovs().next()) {
+                f(data, from, arrived);
             }
-            if n < room {
-                drained = true;
-                return Err(ErrorKind::WouldBlock.into());
-            }
-            Ok(())
-        });
-        if read.is_err() || drained {
+        }
+        if n < room {
             return;
         }
     }
@@ -481,12 +789,16 @@ fn recv_all(socket: &UdpSocket, bufs: &mut RecvBufs, mut f: impl FnMut(&[u8], So
 
 /// Elsewhere: one call per datagram, until the socket says it is empty.
 #[cfg(not(target_os = "linux"))]
-fn recv_all(socket: &UdpSocket, bufs: &mut RecvBufs, mut f: impl FnMut(&[u8], SocketAddr)) {
+fn recv_all(
+    socket: &UdpSocket,
+    bufs: &mut RecvBufs,
+    mut f: impl FnMut(&[u8], SocketAddr, Option<Instant>),
+) {
     let Some(buf) = bufs.0.first_mut() else {
         return;
     };
-    while let Ok((n, from)) = socket.try_recv_from(buf) {
-        f(buf.get(..n).unwrap_or(&[]), from);
+    while let Ok((n, from)) = socket.recv_from(buf) {
+        f(buf.get(..n).unwrap_or(&[]), from, None);
     }
 }
 
@@ -543,24 +855,12 @@ fn verify_summary(t: &mut Totals) {
 
 fn main() {
     let args = match parse_args() {
-        Ok(a) => Rc::new(a),
+        Ok(a) => a,
         Err(e) => {
             eprintln!("raknet-load: {e}");
             std::process::exit(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("raknet-load: {e}");
-            std::process::exit(1);
-        }
-    };
-    let totals = Rc::new(RefCell::new(Totals::default()));
-    let start = Instant::now();
     println!(
         "raknet-load: {} connections to {} at {}/s each, {} B {:?} on channel {}, {:?}",
         args.connections,
@@ -571,54 +871,19 @@ fn main() {
         args.channel,
         args.duration
     );
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async {
-        let mut handles = Vec::new();
-        for id in 0..args.connections {
-            handles.push(tokio::task::spawn_local(player(
-                args.clone(),
-                totals.clone(),
-                start,
-                id,
-            )));
-        }
-        let progress = {
-            let totals = totals.clone();
-            let args = args.clone();
-            tokio::task::spawn_local(async move {
-                let mut last = (0u64, 0u64);
-                let mut tick = tokio::time::interval(Duration::from_secs(1));
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    let mut t = totals.borrow_mut();
-                    let mut second = std::mem::take(&mut t.second_rtts_us);
-                    second.sort_unstable();
-                    let p99 = if second.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" p99 {:.1} ms", percentile(&second, 0.99))
-                    };
-                    let lag = std::mem::take(&mut t.second_lag_us) as f64 / 1000.0;
-                    println!(
-                        "  {:>5.1}s connected {}/{} failed {} | out {}/s in {}/s{p99}, own timers late by up to {lag:.1} ms",
-                        start.elapsed().as_secs_f64(),
-                        t.connected - t.disconnected.min(t.connected),
-                        args.connections,
-                        t.failed,
-                        t.sent - last.0,
-                        t.received - last.1
-                    );
-                    last = (t.sent, t.received);
-                }
-            })
-        };
-        for h in handles {
-            let _ = h.await;
-        }
-        progress.abort();
-    });
-    let mut t = totals.take();
+    let start = Instant::now();
+    let run = Run {
+        start,
+        stop: start + args.duration,
+        interval: Duration::from_secs_f64(1.0 / args.rate.max(0.001)),
+        args,
+    };
+    let mut t = Totals::default();
+    if let Err(e) = run_players(&run, &mut t) {
+        eprintln!("raknet-load: {e}");
+        std::process::exit(1);
+    }
+    let args = &run.args;
     t.rtts_us.sort_unstable();
     let secs = args.duration.as_secs_f64();
     println!("summary:");
