@@ -374,9 +374,14 @@ defmodule Bench do
 
   # Starts one of the benchmark's tools as a port and waits for the line announcing its UDP
   # port (`banner` then the number): `{port, udp_port}`. Closing the port ends the tool.
-  defp start_tool(name, args, banner) do
-    tool =
-      Port.open({:spawn_executable, Path.join(@bin, name)}, [:binary, {:line, 256}, args: args])
+  # `cpu`: run the tool on that CPU alone (through `taskset`, which execs it).
+  defp start_tool(name, args, banner, cpu \\ nil) do
+    {exe, args} =
+      if cpu,
+        do: {System.find_executable("taskset"), ["-c", "#{cpu}", Path.join(@bin, name) | args]},
+        else: {Path.join(@bin, name), args}
+
+    tool = Port.open({:spawn_executable, exe}, [:binary, {:line, 256}, args: args])
 
     size = byte_size(banner)
 
@@ -697,6 +702,13 @@ defmodule Bench do
     end)
   end
 
+  @doc "The connection counts in environment variable `var` (comma-separated), or `default`'s."
+  def counts(var, default) do
+    System.get_env(var, default)
+    |> String.split(",", trim: true)
+    |> Enum.map(&String.to_integer/1)
+  end
+
   @doc """
   Scenario 10's reference: `raknet-echo --raw` (plain UDP from one thread in a blocking
   receive, the four datagrams of a RakNet echo: message, ACK-sized answer, echo, ACK-sized
@@ -714,20 +726,7 @@ defmodule Bench do
   end
 
   defp raw_load(taskset, conns) do
-    echo =
-      Port.open({:spawn_executable, taskset}, [
-        :binary,
-        {:line, 256},
-        args: ["-c", "0", Path.join(@bin, "raknet-echo"), "--raw"]
-      ])
-
-    port =
-      receive do
-        {^echo, {:data, {:eol, "ECHO " <> p}}} -> String.to_integer(p)
-      after
-        5_000 -> raise "raknet-echo --raw did not start"
-      end
-
+    {echo, port} = start_tool("raknet-echo", ["--raw"], "ECHO ", 0)
     {:os_pid, echo_pid} = Port.info(echo, :os_pid)
 
     try do
@@ -1088,10 +1087,7 @@ IO.puts("-- 5. scale: N connections x 20 msg/s of 40 B unreliable_sequenced, eac
 # BENCH_SCALE=1000 runs the 1,000-connection row alone.
 scale =
   if Bench.only?(5) do
-    System.get_env("BENCH_SCALE", "1000,5000,10000")
-    |> String.split(",", trim: true)
-    |> Enum.map(&String.to_integer/1)
-    |> Bench.scale()
+    Bench.counts("BENCH_SCALE", "1000,5000,10000") |> Bench.scale()
   else
     []
   end
@@ -1116,21 +1112,13 @@ IO.puts(
 
 per_core =
   if Bench.only?(10),
-    do:
-      System.get_env("BENCH_PER_CORE", "1000,1250,1500,1750,2000,2500,3000")
-      |> String.split(",", trim: true)
-      |> Enum.map(&String.to_integer/1)
-      |> Bench.per_core(),
+    do: Bench.counts("BENCH_PER_CORE", "1000,1250,1500,1750,2000,2500,3000") |> Bench.per_core(),
     else: []
 
 # Scenario 10's reference: plain UDP doing a RakNet echo's four datagrams, pinned the same way.
 per_core_raw =
   if Bench.only?(10),
-    do:
-      System.get_env("BENCH_PER_CORE_RAW", "1000,3000")
-      |> String.split(",", trim: true)
-      |> Enum.map(&String.to_integer/1)
-      |> Bench.per_core_raw(),
+    do: Bench.counts("BENCH_PER_CORE_RAW", "1000,3000") |> Bench.per_core_raw(),
     else: []
 
 IO.puts("-- 7. send/3 from another process: to the connection pid, and to its handle (x#{n})")
