@@ -735,7 +735,8 @@ defmodule Bench do
           ~w(--raw --port #{port} --connections #{conns} --rate 20 --size 40 --duration 8 --warmup 2)
 
       ticks0 = Bench.Proc.cpu_ticks(echo_pid)
-      {out, 0} = System.cmd(taskset, args, stderr_to_stdout: true)
+      {out, status} = System.cmd(taskset, args, stderr_to_stdout: true)
+      if status != 0, do: raise("raknet-load --raw exited with #{status}:\n#{out}")
       ticks = Bench.Proc.cpu_ticks(echo_pid) - ticks0
       received = num(out, ~r/received\s+(\d+) messages/) || 0
       unanswered = num(out, ~r/unanswered\s+(\d+)/)

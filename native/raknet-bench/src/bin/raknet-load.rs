@@ -176,6 +176,16 @@ struct Totals {
     sequenced: Check,
 }
 
+impl Totals {
+    /// A player that never connected, and why (the first few distinct reasons are kept).
+    fn failure(&mut self, reason: String) {
+        self.failed += 1;
+        if self.failures.len() < 5 && !self.failures.contains(&reason) {
+            self.failures.push(reason);
+        }
+    }
+}
+
 /// What `--verify` found for one reliability, summed over the connections.
 #[derive(Default)]
 struct Check {
@@ -265,13 +275,13 @@ impl Player {
         // Connected, as a game client's socket usually is: the kernel keeps the route to the
         // server instead of looking it up for every datagram sent.
         socket.connect(run.args.server).ok()?;
+        // Best effort: without it, a round trip ends when the datagram is read.
         #[cfg(target_os = "linux")]
-        nix::sys::socket::setsockopt(
+        let _ = nix::sys::socket::setsockopt(
             &socket,
             nix::sys::socket::sockopt::ReceiveTimestampns,
             &true,
-        )
-        .ok()?;
+        );
         let local = socket.local_addr().unwrap_or(run.args.server);
         let config = EndpointConfig {
             rng_seed: id as u64 ^ 0x10ad,
@@ -373,6 +383,10 @@ impl Player {
     fn step(&mut self, now: Instant, run: &Run, t: &mut Totals, buf: &mut Vec<u8>) -> bool {
         let args = &run.args;
         if now >= self.leave_at {
+            if !self.ever_connected {
+                // The run ended before the server answered the handshake.
+                t.failure("no connection by the end of the run".into());
+            }
             return false;
         }
         let Some(conn) = self.conn else {
@@ -412,10 +426,7 @@ impl Player {
                     if self.ever_connected {
                         t.disconnected += 1;
                     } else {
-                        t.failed += 1;
-                        if t.failures.len() < 5 {
-                            t.failures.push(reason.to_string());
-                        }
+                        t.failure(reason.to_string());
                     }
                     return false;
                 }
@@ -598,7 +609,7 @@ fn run_players(run: &Run, t: &mut Totals) -> std::io::Result<()> {
                 players.push(Some(p));
             }
             None => {
-                t.failed += 1;
+                t.failure("no socket (bind, connect or epoll failed)".into());
                 players.push(None);
             }
         }
@@ -612,7 +623,10 @@ fn run_players(run: &Run, t: &mut Totals) -> std::io::Result<()> {
             .first()
             .map_or(progress.next, |&(at, _)| at.min(progress.next));
         // `mio` rounds a timeout up to the next millisecond, as tokio's timer did.
-        poll.poll(&mut events, Some(next.saturating_duration_since(now)))?;
+        match poll.poll(&mut events, Some(next.saturating_duration_since(now))) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r?,
+        }
         let now = Instant::now();
         for event in events.iter() {
             let id = event.token().0;
@@ -744,21 +758,30 @@ fn recv_all(
     let wall = wall
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
+    let mut errors = 0;
     loop {
         let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
             .0
             .iter_mut()
             .map(|b| [IoSliceMut::new(b.as_mut_slice())])
             .collect();
-        let Ok(msgs) = recvmmsg(
+        let msgs = match recvmmsg(
             socket.as_raw_fd(),
             &mut headers,
             iovs.iter_mut(),
             MsgFlags::empty(),
             None,
-        ) else {
-            // WouldBlock (emptied), or an error the next datagram will raise again.
-            return;
+        ) {
+            Ok(msgs) => msgs,
+            // An error the socket reported once (a connected socket's ICMP "port
+            // unreachable": the server was not up yet) may sit in front of datagrams: read
+            // on, a few times at most.
+            Err(e) if e != nix::errno::Errno::EAGAIN && errors < 3 => {
+                errors += 1;
+                continue;
+            }
+            // Emptied.
+            Err(_) => return,
         };
         let mut n = 0;
         for msg in msgs {
@@ -797,8 +820,14 @@ fn recv_all(
     let Some(buf) = bufs.0.first_mut() else {
         return;
     };
-    while let Ok((n, from)) = socket.recv_from(buf) {
-        f(buf.get(..n).unwrap_or(&[]), from, None);
+    let mut errors = 0;
+    loop {
+        match socket.recv_from(buf) {
+            Ok((n, from)) => f(buf.get(..n).unwrap_or(&[]), from, None),
+            // See the Linux version: an error reported once may sit in front of datagrams.
+            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock && errors < 3 => errors += 1,
+            Err(_) => return,
+        }
     }
 }
 
