@@ -58,8 +58,8 @@ fn endpoint_nethernet_offer<'a>(
 /// `{:raknet_connect_failed, conn, reason}`, as for `endpoint_connect`. `opts`: `%{identity:
 /// nil | %{token: jwt, key_pem: pem, domain: binary}, batch_header: nil | byte}`: the
 /// player's assertion the offer carries (the token names the key's public half as `cpk`),
-/// and the byte put in front of messages received and taken off messages sent. Dirty: the session's DTLS certificate
-/// is made here.
+/// and the byte put in front of messages received and taken off messages sent. Dirty: the
+/// session's DTLS certificate is made here.
 #[rustler::nif(schedule = "DirtyCpu")]
 fn endpoint_nethernet_connect<'a>(
     env: Env<'a>,

@@ -81,9 +81,9 @@ impl EndpointResource {
         ConnResource::new(self.tx.clone(), self.budget)
     }
 
-    /// A handle for a NetherNet session of this endpoint: no RakNet send gate (the
-    /// NetherNet host bounds what waits to be sent, and refuses the rest as counted drops).
-    /// A NetherNet session's resource; `header`: the byte its messages go without.
+    /// A handle for a NetherNet session of this endpoint, whose messages go without
+    /// `header` on the wire: no RakNet send gate (the NetherNet host bounds what waits to be
+    /// sent, and refuses the rest as counted drops).
     pub(crate) fn new_nethernet_conn(&self, header: crate::driver::BatchHeader) -> ConnResource {
         ConnResource {
             nethernet: Some(header),
