@@ -96,11 +96,7 @@ fn run(seconds: u64, per_tick: usize) -> Run {
         echo(p);
         p.now >= end
     });
-    let echoed = p
-        .client_events
-        .iter()
-        .filter(|e| matches!(e, Event::Message { .. }))
-        .count();
+    let echoed = p.client_messages();
     Run {
         ticks,
         client: kinds(&p.client_sent),

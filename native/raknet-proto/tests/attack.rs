@@ -1213,13 +1213,7 @@ fn a_slow_but_real_reader_drains_its_backlog_and_stays() {
         let opts = SendOptions::new(Reliability::ReliableOrdered);
         p.server.send(p.now, s, msg, opts).unwrap();
     }
-    let done = p.drive_until(Duration::from_secs(30), |p| {
-        p.client_events
-            .iter()
-            .filter(|e| matches!(e, Event::Message { .. }))
-            .count()
-            == 4_000
-    });
+    let done = p.drive_until(Duration::from_secs(30), |p| p.client_messages() == 4_000);
     assert!(done, "{:?}", p.server.connection_stats(s));
     assert!(p.server.is_connected(s) && p.client.is_connected(c));
 }

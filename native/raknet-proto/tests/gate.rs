@@ -90,13 +90,7 @@ fn admitted_sends_count_before_the_engine_takes_them() {
     );
     // Once the peer has it all, the budget is free again.
     let n = admitted.len();
-    let delivered = |p: &mut Pair| {
-        p.client_events
-            .iter()
-            .filter(|e| matches!(e, Event::Message { .. }))
-            .count()
-            == n
-    };
+    let delivered = |p: &mut Pair| p.client_messages() == n;
     assert!(p.drive_until(Duration::from_secs(10), delivered));
     p.drive_until(Duration::from_millis(200), |_| false);
     assert_eq!(gate.held(), 0);

@@ -382,13 +382,7 @@ fn a_forged_nak_resends_nothing_sent_just_now() {
         "numbers without a record are ignored: {stats:?}"
     );
     // The messages still arrive, once each.
-    let delivered = |p: &Pair| {
-        p.client_events
-            .iter()
-            .filter(|e| matches!(e, Event::Message { .. }))
-            .count()
-    };
-    assert!(p.drive_until(Duration::from_secs(5), |p| delivered(p) == 20));
+    assert!(p.drive_until(Duration::from_secs(5), |p| p.client_messages() == 20));
     let _ = c;
 }
 
@@ -581,13 +575,6 @@ fn the_send_budget_counts_each_frame_s_record() {
     assert_eq!(stats.send_queue_bytes, budget);
 }
 
-fn messages_at(p: &Pair) -> usize {
-    p.server_events
-        .iter()
-        .filter(|e| matches!(e, Event::Message { .. }))
-        .count()
-}
-
 /// Issue #29/#30: a peer over `max_messages_per_sec` (bursts of twice that) is closed by the
 /// engine, before its messages become events: the burst is delivered, then the connection
 /// ends with `Limit::MessageRate` and the peer is told (0x15); a peer at the rate stays.
@@ -611,7 +598,7 @@ fn a_peer_over_the_message_rate_is_closed() {
         let until = p.now + Duration::from_millis(10);
         p.drive_until(Duration::from_millis(10), |p| p.now >= until);
     }
-    assert!(p.drive_until(Duration::from_secs(1), |p| messages_at(p) == 500));
+    assert!(p.drive_until(Duration::from_secs(1), |p| p.server_messages() == 500));
     assert_eq!(server_reason(&p), None);
     // 300 at once: the burst (200) arrives, then the connection ends.
     for _ in 0..300 {
@@ -675,8 +662,8 @@ fn a_pause_is_not_the_peer_going_too_fast() {
         let until = p.now + Duration::from_millis(10);
         p.drive_until(Duration::from_millis(10), |p| p.now >= until);
     }
-    assert_eq!(messages_at(&p), 0);
+    assert_eq!(p.server_messages(), 0);
     p.server.set_receive_paused(p.now, s, false);
-    assert!(p.drive_until(Duration::from_secs(10), |p| messages_at(p) == 600));
+    assert!(p.drive_until(Duration::from_secs(10), |p| p.server_messages() == 600));
     assert_eq!(server_reason(&p), None);
 }

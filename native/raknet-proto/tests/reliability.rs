@@ -225,13 +225,7 @@ fn losses_without_naks_are_found_by_order() {
                 )
                 .unwrap();
         }
-        let ok = p.drive_until(Duration::from_secs(60), |p| {
-            p.server_events
-                .iter()
-                .filter(|e| matches!(e, Event::Message { .. }))
-                .count()
-                == 400
-        });
+        let ok = p.drive_until(Duration::from_secs(60), |p| p.server_messages() == 400);
         assert!(ok, "seed {seed}: not every message arrived");
         let s = p.client.connection_stats(c).unwrap();
         assert_eq!(s.naks_received, 0, "seed {seed}");

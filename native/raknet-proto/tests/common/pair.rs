@@ -170,6 +170,16 @@ impl Pair {
         self.now = self.now.max(t);
     }
 
+    /// Messages the server has received (its `Event::Message`s so far).
+    pub fn server_messages(&self) -> usize {
+        count_messages(&self.server_events)
+    }
+
+    /// Messages the client has received (its `Event::Message`s so far).
+    pub fn client_messages(&self) -> usize {
+        count_messages(&self.client_events)
+    }
+
     /// Step until `done` holds or `limit` of virtual time passes; returns whether it held.
     pub fn drive_until(
         &mut self,
@@ -243,4 +253,11 @@ impl Pair {
             .unwrap();
         (id, server_id)
     }
+}
+
+fn count_messages(events: &[Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, Event::Message { .. }))
+        .count()
 }
