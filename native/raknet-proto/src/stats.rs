@@ -154,6 +154,10 @@ pub struct EndpointStats {
     /// OCR2s from an IP (or a wider network) with its share of `max_half_open_per_ip`
     /// handshakes under way: unproven ones there give way, else the newcomer is dropped.
     pub half_open_per_ip_full: u64,
+    /// Of those, newcomers dropped because every unproven record there was younger than a
+    /// real client's 0x09 may take to come (a burst of players behind one address): their
+    /// clients come back with their next OCR1.
+    pub half_open_newcomers_waited: u64,
     /// OCR2 refused with 0x14 because its IP had `max_connections_per_ip` connections.
     pub refused_ip_connections: u64,
     /// OCR2 refused with 0x1A: more than `new_connections_per_ip_per_sec` from one IP.

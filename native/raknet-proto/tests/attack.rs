@@ -233,8 +233,9 @@ fn spoofed_ocr2s_from_a_players_ip_do_not_keep_a_proven_player_out() {
 }
 
 /// The same without cookies: the player's OCR2 cannot be told from the spoofed ones, and its
-/// IP's oldest unproven handshake makes room for it instead of its OCR2 being dropped.
-/// Keeping it out takes 64 spoofed OCR2s per round trip of the player, not 64 per 10 s.
+/// IP's oldest unproven handshake makes room for it once older than 250 ms (the player's
+/// first OCR2 waits; its next OCR1, 500 ms later, gets in). Keeping it out takes 64 spoofed
+/// OCR2s per 250 ms, a rate that turns cookies on, not 64 per 10 s.
 #[test]
 fn a_slow_spoofed_flood_from_a_players_ip_does_not_keep_a_cookieless_player_out() {
     for protocol in [6, 11] {
@@ -389,6 +390,84 @@ fn real_client(
         client.handle_timeout(*now);
     }
     Err(None)
+}
+
+/// 200 real players behind one address (a NAT, a LAN party, a load tester) connect in the
+/// same instant to a calm server, more than `max_half_open_per_ip` (64) at once: the
+/// handshakes past the cap wait for their OCR1 schedule to come back instead of taking the
+/// place of the first ones, whose Reply2 already left (a player whose record was taken sent
+/// its 0x09 to no record and waited out its timeout: 136 of the 200 did). Every one gets in
+/// within the first few of its attempts.
+#[test]
+fn a_burst_of_players_behind_one_address_all_get_in() {
+    let (mut server, mut now, server_addr) = server(EndpointConfig {
+        admission: AdmissionLimits {
+            // The connections per address (128) and their rate (20 a second) are limits of
+            // their own, tested elsewhere.
+            max_connections_per_ip: 1_000,
+            new_connections_per_ip_per_sec: 1_000,
+            ..AdmissionLimits::default()
+        },
+        ..EndpointConfig::default()
+    });
+    let mut players: Vec<(SocketAddr, Endpoint, ConnId)> = (0..200u16)
+        .map(|i| {
+            let from = SocketAddr::from(([203, 0, 113, 9], 20_000 + i));
+            let config = EndpointConfig {
+                accept_incoming: false,
+                rng_seed: u64::from(i),
+                ..EndpointConfig::default()
+            };
+            let mut ep = Endpoint::new(config, from, now);
+            let id = ep.connect(now, server_addr).unwrap();
+            (from, ep, id)
+        })
+        .collect();
+    let end = now + Duration::from_secs(5);
+    let mut buf = Vec::new();
+    let all_in = |players: &[(SocketAddr, Endpoint, ConnId)], server: &Endpoint| {
+        players.iter().all(|(_, ep, id)| ep.is_connected(*id)) && server.stats().connections == 200
+    };
+    while now < end && !all_in(&players, &server) {
+        // Every player's datagrams reach the server together, then every answer its player:
+        // the burst arrives as one.
+        loop {
+            let mut to_server = Vec::new();
+            for (from, ep, _) in &mut players {
+                while let Some(t) = ep.poll_transmit(now, &mut buf) {
+                    to_server.push((*from, Bytes::copy_from_slice(&buf[..t.size])));
+                }
+            }
+            for (from, data) in &to_server {
+                server.handle(now, *from, data.clone());
+            }
+            let mut moved = !to_server.is_empty();
+            while let Some(t) = server.poll_transmit(now, &mut buf) {
+                moved = true;
+                if let Some((_, ep, _)) = players.iter_mut().find(|(a, _, _)| *a == t.destination) {
+                    ep.handle(now, server_addr, Bytes::copy_from_slice(&buf[..t.size]));
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        now += Duration::from_millis(10);
+        server.handle_timeout(now);
+        for (_, ep, _) in &mut players {
+            ep.handle_timeout(now);
+        }
+    }
+    let s = server.stats();
+    assert!(
+        s.half_open_newcomers_waited > 0,
+        "the burst never met the cap: {s:?}"
+    );
+    let connected = players
+        .iter()
+        .filter(|(_, ep, id)| ep.is_connected(*id))
+        .count();
+    assert_eq!((connected, s.connections), (200, 200), "{s:?}");
 }
 
 /// `new_connections_per_ip_per_sec` (20) holds for real clients of every protocol, with

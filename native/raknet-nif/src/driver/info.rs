@@ -33,6 +33,7 @@ impl Driver {
                     ("reservations_lapsed", s.reservations_lapsed),
                     ("half_open_evicted", s.half_open_evicted),
                     ("half_open_per_ip_full", s.half_open_per_ip_full),
+                    ("half_open_newcomers_waited", s.half_open_newcomers_waited),
                     ("refused_ip_connections", s.refused_ip_connections),
                     ("refused_recently_connected", s.refused_recently_connected),
                     ("bad_echo", s.bad_echo),

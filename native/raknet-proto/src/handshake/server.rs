@@ -280,6 +280,17 @@ impl Drop for ServerHandshake {
 }
 
 /// Whether `reply` bytes may answer `request` bytes from an unvalidated address.
+/// How young an unproven half-open record of a full network (`cap` records) is kept from a
+/// newcomer's eviction ([`ServerHandshake::on_ocr2`]): the time in which `cap` unproven OCR2s
+/// are twice the rate that turns strict mode (cookies) on. Holding a network's players out
+/// by replacing their records then takes a flood that proves them instead: with the
+/// defaults, 64 OCR2s per 250 ms from one address, against 128 a second for strict mode.
+/// Between 100 ms and 1 s.
+fn young_half_open_ms(config: &EndpointConfig, cap: usize) -> u64 {
+    let strict = u64::from(config.admission.strict_handshakes_per_sec.max(1));
+    (cap as u64 * 1000 / (2 * strict)).clamp(100, 1000)
+}
+
 pub(crate) fn within_amplification(config: &EndpointConfig, request: usize, reply: usize) -> bool {
     reply <= request.saturating_mul(config.admission.max_amplification as usize)
 }
@@ -593,13 +604,22 @@ impl ServerHandshake {
             // one (so keeping a player out takes a full share of spoofed OCR2s per round trip
             // of the player, not one per handshake timeout). A network with its full share of
             // proven handshakes under way holds real hosts: the newcomer waits.
+            //
+            // But an unproven record younger than `young_half_open_ms` stays, unless the
+            // newcomer is proven: it is as likely a real player whose Reply2 just left and
+            // whose 0x09 is on its way (a burst of players behind one NAT, all at once), and
+            // taking its place would leave it sending its 0x09 to no record until its
+            // timeout. The newcomer waits instead, and its client's OCR1 schedule brings it
+            // back (official clients keep sending OCR1 until a Reply2 comes).
             let half_open = &self.half_open;
-            let oldest = self
-                .per_network
-                .get(&net)?
-                .iter()
-                .copied()
-                .find(|a| half_open.get(a).is_some_and(|h| !h.validated))?;
+            let (oldest, created_ms) = self.per_network.get(&net)?.iter().find_map(|a| {
+                let h = half_open.get(a).filter(|h| !h.validated)?;
+                Some((*a, h.created_ms))
+            })?;
+            if !validated && now_ms.saturating_sub(created_ms) < young_half_open_ms(config, cap) {
+                stats.half_open_newcomers_waited += 1;
+                return None;
+            }
             if let Some(old) = self.half_open.remove(&oldest) {
                 self.forget(oldest, &old);
             }
