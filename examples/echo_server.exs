@@ -87,9 +87,10 @@ host6 = System.get_env("HOST6", "::1")
     ipv6_ip: host6,
     ipv6_port: port + 1,
     offline_ping_response: EchoServer.Motd.motd(0, {port, port + 1}),
-    # `mix raknet.load` opens all its connections from one address; a public server would
-    # keep the default (128 per IP).
+    # `mix raknet.load` opens all its connections from one address, at once; a public server
+    # would keep the defaults (128 per IP, 20 new ones per IP a second).
     max_connections_per_ip: 20_000,
+    new_connections_per_ip_per_sec: 20_000,
     # Bedrock's WebRTC transport beside RakNet: HTTP signaling on tcp PORT, sessions on the
     # IPv4 UDP socket. The operator key is made at the first start and kept (clients pin it).
     nethernet: [
