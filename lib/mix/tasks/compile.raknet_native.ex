@@ -174,8 +174,15 @@ defmodule Mix.Tasks.Compile.RaknetNative do
     remove_dangling_priv_link(Path.dirname(dir))
     File.mkdir_p!(dir)
 
-    # Same directory, so the rename below is atomic and never crosses file systems.
-    tmp = Path.join(dir, ".#{@installed_name}.#{System.unique_integer([:positive])}.tmp")
+    # Same directory, so the rename below is atomic and never crosses file systems. Named
+    # by the OS process too: `System.unique_integer/1` is unique in one VM only, and two mix
+    # commands started together (`make server` and `mix raknet.ping` on a fresh checkout)
+    # wrote the same temporary file, one renaming it from under the other's copy.
+    tmp =
+      Path.join(
+        dir,
+        ".#{@installed_name}.#{System.pid()}.#{System.unique_integer([:positive])}.tmp"
+      )
 
     try do
       File.cp!(artifact, tmp)

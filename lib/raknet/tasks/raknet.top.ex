@@ -36,7 +36,8 @@ defmodule Mix.Tasks.Raknet.Top do
       end
 
     mode = if String.contains?(host, "."), do: :longnames, else: :shortnames
-    me = "raknet_top_#{System.unique_integer([:positive])}"
+    # Named by the OS process: two `mix raknet.top` at once must not take the same name.
+    me = "raknet_top_#{System.pid()}"
 
     # A long name needs a host part: the loopback address for a node on this machine by
     # address, else the one Erlang derives from the host's name and domain.
