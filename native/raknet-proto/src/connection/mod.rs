@@ -826,10 +826,20 @@ impl Connection {
 
     /// Bytes of the peer's data this connection buffers, as the budgets count them:
     /// reassembly, ordering holds and the messages that came before the handshake ended.
+    ///
+    /// Called for every data datagram: only the channels holding messages are read (a
+    /// channel holds messages exactly while its `stalled_channels` bit is set), not all 32,
+    /// whose 3 KiB of state a datagram would otherwise pull into the cache.
     fn buffered_bytes(&self) -> usize {
-        self.reassembly.bytes()
-            + self.channels.iter().map(Channel::held_bytes).sum::<usize>()
-            + self.early_bytes
+        let held: usize = stalled(self.stalled_channels)
+            .map(|c| self.channels[c].held_bytes())
+            .sum();
+        debug_assert_eq!(
+            held,
+            self.channels.iter().map(Channel::held_bytes).sum::<usize>(),
+            "a channel holds messages without its stalled_channels bit"
+        );
+        self.reassembly.bytes() + held + self.early_bytes
     }
 
     /// Whether `len` more buffered bytes fit in this connection's and its endpoint's budgets:
