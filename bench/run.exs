@@ -710,33 +710,50 @@ defmodule Bench do
   end
 
   @doc """
-  Scenario 10's reference: `raknet-echo --raw` (plain UDP from one thread in a blocking
-  receive, the four datagrams of a RakNet echo: message, ACK-sized answer, echo, ACK-sized
-  answer) pinned to CPU 0 under the same load from `raknet-load --raw` pinned to CPU 1, at
-  each of `counts`: whether it holds them (no echo missing, p99 <= 50 ms), its CPU per echo
-  and the share of the core that makes at 20 msg/s per connection.
+  Scenario 10's references, pinned the way the server is (the echo server to CPU 0, the
+  load tester to CPU 1) under the same load, at each of `counts`:
+
+    * `:raw`: `raknet-echo --raw` (plain UDP from one thread in a blocking receive, the four
+      datagrams of a RakNet echo: message, ACK-sized answer, echo, ACK-sized answer) against
+      `raknet-load --raw`;
+    * `:engine`: `raknet-echo` (the engine on one thread, no BEAM, echoing reliable_ordered
+      as the benchmark's handler does) against `raknet-load` as scenario 10 runs it.
+
+  Each: whether it holds them (no echo missing, p99 <= 50 ms), its CPU per echo and the
+  share of the core that makes at 20 msg/s per connection. Between them and scenario 10 is
+  where a pinned server's time goes: the kernel, the protocol, the BEAM's hop.
   """
-  def per_core_raw(counts) do
+  def per_core_reference(mode, counts) do
     with taskset when is_binary(taskset) <- System.find_executable("taskset"),
          true <- System.schedulers_online() >= 2 do
-      for conns <- counts, do: raw_load(taskset, conns)
+      for conns <- counts, do: reference_load(taskset, mode, conns)
     else
       _ -> []
     end
   end
 
-  defp raw_load(taskset, conns) do
-    {echo, port} = start_tool("raknet-echo", ["--raw"], "ECHO ", 0)
+  defp reference_load(taskset, mode, conns) do
+    {echo_args, load_args} =
+      case mode do
+        :raw -> {["--raw"], ["--raw"]}
+        :engine -> {[], ~w(--reliability unreliable_sequenced)}
+      end
+
+    {echo, port} = start_tool("raknet-echo", echo_args, "ECHO ", 0)
     {:os_pid, echo_pid} = Port.info(echo, :os_pid)
 
     try do
       args =
         ["-c", "1", Path.join(@bin, "raknet-load")] ++
-          ~w(--raw --port #{port} --connections #{conns} --rate 20 --size 40 --duration 8 --warmup 2)
+          load_args ++
+          ~w(--port #{port} --connections #{conns} --rate 20 --size 40 --duration 8 --warmup 2)
 
       ticks0 = Bench.Proc.cpu_ticks(echo_pid)
       {out, status} = System.cmd(taskset, args, stderr_to_stdout: true)
-      if status != 0, do: raise("raknet-load --raw exited with #{status}:\n#{out}")
+
+      if status != 0,
+        do: raise("raknet-load #{Enum.join(load_args, " ")} exited with #{status}:\n#{out}")
+
       ticks = Bench.Proc.cpu_ticks(echo_pid) - ticks0
       received = num(out, ~r/received\s+(\d+) messages/) || 0
       unanswered = num(out, ~r/unanswered\s+(\d+)/)
@@ -1116,10 +1133,16 @@ per_core =
     do: Bench.counts("BENCH_PER_CORE", "1000,1250,1500,1750,2000,2500,3000") |> Bench.per_core(),
     else: []
 
-# Scenario 10's reference: plain UDP doing a RakNet echo's four datagrams, pinned the same way.
+# Scenario 10's references, pinned the same way: plain UDP doing a RakNet echo's four
+# datagrams, and the engine alone (no BEAM).
 per_core_raw =
   if Bench.only?(10),
-    do: Bench.counts("BENCH_PER_CORE_RAW", "1000,3000") |> Bench.per_core_raw(),
+    do: Bench.per_core_reference(:raw, Bench.counts("BENCH_PER_CORE_RAW", "1000,3000")),
+    else: []
+
+per_core_engine =
+  if Bench.only?(10),
+    do: Bench.per_core_reference(:engine, Bench.counts("BENCH_PER_CORE_ENGINE", "1000,3000")),
     else: []
 
 IO.puts("-- 7. send/3 from another process: to the connection pid, and to its handle (x#{n})")
@@ -1249,7 +1272,11 @@ raw_ratio = fn step ->
 
     _ ->
       ""
-  end
+  end <>
+    case Enum.find(per_core_engine, &(&1.connections == step.target_connections)) do
+      %{us_per_echo: engine} when is_number(engine) -> ", the engine alone's #{f.(engine)}"
+      _ -> ""
+    end
 end
 
 c = &Bench.cell/2
@@ -1396,6 +1423,14 @@ rows =
         "#{f.(r.cpu_share_of_one_core)} core (#{f.(r.us_per_echo)} µs per echo), p99 #{f.(r.p99_ms)} ms, #{f.(r.unanswered)} missing",
         if(r.held, do: "held", else: "not held"),
         "raknet-echo --raw (one thread, a blocking receive per datagram) against raknet-load --raw"
+      ]
+    end) ++
+    Enum.map(per_core_engine, fn r ->
+      [
+        "10. reference: #{f.(r.connections)} connections, the engine alone (no BEAM), pinned the same way",
+        "#{f.(r.cpu_share_of_one_core)} core (#{f.(r.us_per_echo)} µs per echo), p99 #{f.(r.p99_ms)} ms, #{f.(r.unanswered)} missing",
+        if(r.held, do: "held", else: "not held"),
+        "raknet-echo (the engine on one thread, a blocking receive, echoing reliable_ordered) against raknet-load as above"
       ]
     end) ++
     Enum.map(scale, fn s ->
@@ -1579,6 +1614,7 @@ results = %{
   mmo_without_send_delay: %{runs: mmo_at_once},
   per_core: per_core,
   per_core_raw: per_core_raw,
+  per_core_engine: per_core_engine,
   nethernet: %{
     one_way_messages_per_s: m.(nn_one_way, :messages_per_s),
     echo_messages_per_s: m.(nn_echo, :messages_per_s),

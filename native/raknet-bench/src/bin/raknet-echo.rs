@@ -25,7 +25,9 @@ use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use raknet_proto::{Endpoint, EndpointConfig, Event, Limits, Reliability, SendOptions};
+use raknet_proto::{
+    AdmissionLimits, Endpoint, EndpointConfig, Event, Limits, Reliability, SendOptions,
+};
 
 /// The socket buffers `RakNet.Server` asks for.
 const SOCKET_BUFFER: usize = 8 << 20;
@@ -53,10 +55,18 @@ fn main() -> std::io::Result<()> {
         return echo_raw(&socket);
     }
 
+    // Every player of a local load generator comes from 127.0.0.1: the per-IP admission
+    // limits are a server's for the Internet, raised here as the benchmark's server does.
     let config = EndpointConfig {
         limits: Limits {
             max_messages_per_sec: None,
             ..Limits::default()
+        },
+        admission: AdmissionLimits {
+            max_connections_per_ip: 100_000,
+            max_half_open_per_ip: 100_000,
+            new_connections_per_ip_per_sec: 100_000,
+            ..AdmissionLimits::default()
         },
         ..EndpointConfig::default()
     };
