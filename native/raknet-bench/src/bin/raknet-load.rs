@@ -16,6 +16,11 @@
 //! answered with one: the four datagrams of a RakNet echo (message, ACK, echo, ACK), without
 //! the protocol's work.
 //!
+//! The summary's `protocol` line sums what the players' engines counted by the time they
+//! closed: the server's datagrams that arrived twice (it resent what had arrived: its
+//! acknowledgement came too late, or it was held up), the NAKs the players sent (gaps in the
+//! server's datagrams), and the players' own resends and datagrams declared lost.
+//!
 //! `--warmup SECS` leaves the round trips of messages sent in the first SECS seconds (the
 //! connection ramp) out of the summary's percentiles; every message still counts as answered
 //! or not. Each progress line has the p99 of the round trips measured in that second.
@@ -174,6 +179,13 @@ struct Totals {
     drop_reasons: Vec<String>,
     reliable: Check,
     sequenced: Check,
+    /// What the players' engines counted, summed at their close: the server's datagrams
+    /// received twice (its resends of what had arrived), the players' own resends, NAKs
+    /// they sent (gaps in the server's datagrams) and their datagrams declared lost.
+    duplicates: u64,
+    resends: u64,
+    naks_sent: u64,
+    datagrams_lost: u64,
 }
 
 impl Totals {
@@ -443,6 +455,12 @@ impl Player {
         if self.connected && now >= run.stop && (!args.verify || all_back || now >= self.close_by) {
             if args.verify {
                 t.reliable.lost += self.sent[0] - self.reliable.count;
+            }
+            if let Some(s) = self.ep.connection_stats(conn) {
+                t.duplicates += s.duplicates;
+                t.resends += s.resends;
+                t.naks_sent += s.naks_sent;
+                t.datagrams_lost += s.datagrams_lost;
             }
             self.ep.close(now, conn);
             self.connected = false;
@@ -955,6 +973,12 @@ fn main() {
         println!(
             "  unanswered    {lost} ({:.2} %)",
             lost as f64 * 100.0 / t.sent.max(1) as f64
+        );
+    }
+    if !args.raw {
+        println!(
+            "  protocol      {} of the server's datagrams received twice, {} NAKs sent; {} resends, {} datagrams lost (players' own)",
+            t.duplicates, t.naks_sent, t.resends, t.datagrams_lost
         );
     }
     if args.verify {
