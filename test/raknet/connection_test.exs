@@ -156,6 +156,23 @@ defmodule RakNet.ConnectionTest do
       for c <- [conn, client], do: Connection.close(c)
     end
 
+    test "starts with heaps of different sizes, so that players who connected together do not collect garbage in step" do
+      {_server, port} = start_server()
+      pairs = for _ <- 1..16, do: connect(port)
+
+      sizes =
+        for {_conn, server_side} <- pairs do
+          {:min_heap_size, words} = Process.info(server_side, :min_heap_size)
+          words
+        end
+
+      # The VM rounds a size up to its next heap size: 1598 is the one for the range's top.
+      assert Enum.all?(sizes, &(&1 in 233..1598))
+      # Equal for all 16 by chance: under 1 in 100,000.
+      assert length(Enum.uniq(sizes)) > 1
+      for {conn, _} <- pairs, do: Connection.close(conn)
+    end
+
     @tag :capture_log
     test "ignores linked processes that exit normally and dies with ones that crash" do
       {_server, port} = start_server()
