@@ -3,7 +3,9 @@
 //! Every simulated player has its own UDP socket and client engine; all of them run on one
 //! thread, in one `epoll` loop. Each message carries its send time, so when the server echoes (as
 //! `make server` does) the round trip is measured. Progress is printed every second and a
-//! summary at the end.
+//! summary at the end. After `--duration` each player stops sending and waits (up to a
+//! second) for the echoes still on their way before it closes: those missing then count as
+//! unanswered.
 //!
 //! ```text
 //! raknet-load [--host 127.0.0.1] [--port 19132] [--connections 100] [--rate 20] [--size 64]
@@ -200,6 +202,12 @@ struct Totals {
     resends: u64,
     naks_sent: u64,
     datagrams_lost: u64,
+    /// Unreliable messages that waited too long in a player's queue, never sent.
+    expired_unsent: u64,
+    /// Players that closed with echoes still missing, and the echoes their engines held
+    /// then behind a gap in the server's ordered stream.
+    closed_waiting: u64,
+    held_at_close: u64,
 }
 
 impl Totals {
@@ -278,9 +286,14 @@ struct Player {
     sent: [u64; 2],
     reliable: ReliableEchoes,
     last_sequenced: Option<u64>,
-    /// A verifying player stays (without sending) until its reliable echoes are all back,
-    /// for at most `--drain`; it then closes, and leaves a second later.
+    /// After the run a player stays (without sending) until its echoes are back (a verifying
+    /// one: its reliable echoes), for at most a second (`--drain`); it then closes, and
+    /// leaves a second later. Closing at once counted the echoes of its last messages, still
+    /// on their way, as unanswered: hundreds of them when the server lagged at that moment.
     close_by: Instant,
+    /// Messages sent and echoes received.
+    messages: u64,
+    echoes: u64,
     leave_at: Instant,
     /// The deadline the player is filed under in the loop's timer set.
     filed: Option<Instant>,
@@ -334,7 +347,7 @@ impl Player {
         let close_by = if run.args.verify {
             run.stop + run.args.drain
         } else {
-            run.stop
+            run.stop + Duration::from_secs(1)
         };
         Some(Self {
             id,
@@ -350,6 +363,8 @@ impl Player {
             reliable: ReliableEchoes::default(),
             last_sequenced: None,
             close_by,
+            messages: 0,
+            echoes: 0,
             leave_at: close_by + Duration::from_secs(1),
             filed: None,
             arrived: None,
@@ -469,8 +484,12 @@ impl Player {
             // connected to the only destination there is.
             let _ = self.socket.send(&buf[..tx.size]);
         }
-        let all_back = self.reliable.count == self.sent[0];
-        if self.connected && now >= run.stop && (!args.verify || all_back || now >= self.close_by) {
+        let all_back = if args.verify {
+            self.reliable.count == self.sent[0]
+        } else {
+            self.echoes >= self.messages
+        };
+        if self.connected && now >= run.stop && (all_back || now >= self.close_by) {
             if args.verify {
                 t.reliable.lost += self.sent[0] - self.reliable.count;
             }
@@ -479,6 +498,11 @@ impl Player {
                 t.resends += s.resends;
                 t.naks_sent += s.naks_sent;
                 t.datagrams_lost += s.datagrams_lost;
+                t.expired_unsent += s.expired_unsent;
+                t.held_at_close += s.held_for_ordering as u64;
+            }
+            if !all_back {
+                t.closed_waiting += 1;
             }
             self.ep.close(now, conn);
             self.connected = false;
@@ -501,6 +525,7 @@ impl Player {
             let payload = message(run, now, self.seq, run.args.reliability);
             if self.socket.send(&payload).is_ok() {
                 t.sent += 1;
+                self.messages += 1;
                 t.bytes_sent += payload.len() as u64;
             }
             self.seq += 1;
@@ -533,6 +558,7 @@ impl Player {
                 .is_ok()
             {
                 t.sent += 1;
+                self.messages += 1;
                 t.bytes_sent += args.size as u64;
             }
             self.seq += 1;
@@ -569,6 +595,7 @@ impl Player {
     /// Count an echo that arrived at `now`: its round trip and, with `--verify`, its order.
     fn echoed(&mut self, now: Instant, run: &Run, t: &mut Totals, payload: &[u8]) {
         t.received += 1;
+        self.echoes += 1;
         t.bytes_received += payload.len() as u64;
         if payload.len() < 9 || payload[0] != 0x86 {
             return;
@@ -995,8 +1022,14 @@ fn main() {
     }
     if !args.raw {
         println!(
-            "  protocol      {} of the server's datagrams received twice, {} NAKs sent; {} resends, {} datagrams lost (players' own)",
-            t.duplicates, t.naks_sent, t.resends, t.datagrams_lost
+            "  protocol      {} of the server's datagrams received twice, {} NAKs sent; {} resends, {} datagrams lost, {} unreliable messages expired unsent (players' own); {} players closed with echoes missing, {} echoes held behind a gap then",
+            t.duplicates,
+            t.naks_sent,
+            t.resends,
+            t.datagrams_lost,
+            t.expired_unsent,
+            t.closed_waiting,
+            t.held_at_close
         );
     }
     if args.verify {
