@@ -87,22 +87,17 @@ defmodule RakNet.Connection do
   # Confirm deliveries to the runtime (flow control) at least this often.
   @confirm_every 256
 
-  # A connection process starts with a heap of a random size in this range (words; the VM
-  # rounds it up to its next heap size). Players who connected together and send at the same
-  # rate otherwise fill equal heaps in step: every one of their processes collected its
-  # garbage within the same 100-200 ms (1,500 collections in a 100 ms window, every second
-  # or so, at 1,500 players x 20 Hz on one core), and the echoes queued behind them (p99 of
-  # a second up to 70-110 ms). Heaps of different sizes fill at different times, so the
-  # collections spread out, and stay spread. At most ~12 KiB, where a busy process's heap
-  # grows to anyway.
-  @min_heap_words 233..1598
-
   @doc false
-  def start_link(args) do
-    GenServer.start_link(__MODULE__, args,
-      spawn_opt: [min_heap_size: Enum.random(@min_heap_words)]
-    )
-  end
+  def start_link(args), do: GenServer.start_link(__MODULE__, args)
+
+  # A connection process collects its garbage once at a random moment of its first
+  # @gc_phase_ms. Players who connected together and send at the same rate otherwise fill
+  # their heaps in step: all of their processes collected within the same 100-200 ms (1,500
+  # collections in one 100 ms window, every second or so, at 1,500 players x 20 Hz on one
+  # core), and the echoes queued behind them (a second's p99 up to 70-110 ms). One early
+  # collection at a random time sets each process's cycle apart, and equal cycles keep
+  # them apart. (Heaps of random sizes did it too, at 22 KB more memory per connection.)
+  @gc_phase_ms 2_000
 
   @typedoc "What `send/3` and `send/4` return."
   @type send_result :: {:ok, nil | pos_integer()} | {:error, send_error()}
@@ -413,6 +408,7 @@ defmodule RakNet.Connection do
   defp init_process do
     Process.flag(:trap_exit, true)
     Process.flag(:message_queue_data, :off_heap)
+    Process.send_after(self(), :raknet_gc_phase, :rand.uniform(@gc_phase_ms))
   end
 
   @impl GenServer
@@ -648,6 +644,11 @@ defmodule RakNet.Connection do
   # Exits are trapped only so that terminate/2 runs on a supervisor's shutdown (the parent's
   # EXIT never gets here: gen_server handles it). Other linked processes count as if exits
   # were not trapped: a normal exit is ignored, anything else takes the connection down.
+  def handle_info(:raknet_gc_phase, state) do
+    :erlang.garbage_collect(self(), type: :minor)
+    {:noreply, state}
+  end
+
   def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
 

@@ -144,6 +144,22 @@ defmodule RakNet.ConnectionTest do
     end
   end
 
+  # The time of each process's last collection (trace timestamps) until `deadline` (ms).
+  defp last_collections(processes, last, deadline) do
+    wait = max(deadline - System.monotonic_time(:millisecond), 0)
+
+    receive do
+      {:trace_ts, pid, :gc_minor_start, _info, at} ->
+        last = if pid in processes, do: Map.put(last, pid, at), else: last
+        last_collections(processes, last, deadline)
+
+      {:trace_ts, _pid, _event, _info, _at} ->
+        last_collections(processes, last, deadline)
+    after
+      wait -> last
+    end
+  end
+
   describe "the connection process" do
     test "keeps its mailbox off its heap, server and client side" do
       {_server, port} = start_server()
@@ -156,20 +172,38 @@ defmodule RakNet.ConnectionTest do
       for c <- [conn, client], do: Connection.close(c)
     end
 
-    test "starts with heaps of different sizes, so that players who connected together do not collect garbage in step" do
+    test "collects garbage at a random moment of its first 2 s, so that players who connected together do not collect in step" do
       {_server, port} = start_server()
-      pairs = for _ <- 1..16, do: connect(port)
+      # Every process started from here on reports its collections to this one.
+      :erlang.trace(:new_processes, true, [
+        :garbage_collection,
+        :monotonic_timestamp,
+        {:tracer, self()}
+      ])
 
-      sizes =
-        for {_conn, server_side} <- pairs do
-          {:min_heap_size, words} = Process.info(server_side, :min_heap_size)
-          words
+      pairs =
+        try do
+          for _ <- 1..8, do: connect(port)
+        after
+          :erlang.trace(:new_processes, false, [:garbage_collection])
         end
 
-      # The VM rounds a size up to its next heap size: 1598 is the one for the range's top.
-      assert Enum.all?(sizes, &(&1 in 233..1598))
-      # Equal for all 16 by chance: under 1 in 100,000.
-      assert length(Enum.uniq(sizes)) > 1
+      processes = MapSet.new(pairs, &elem(&1, 1))
+      # The connections are idle: each process's last collection in its first 2.5 s is the
+      # one it made at its random moment.
+      last = last_collections(processes, %{}, System.monotonic_time(:millisecond) + 2_500)
+      assert map_size(last) == 8
+
+      span =
+        System.convert_time_unit(
+          Enum.max(Map.values(last)) - Enum.min(Map.values(last)),
+          :native,
+          :millisecond
+        )
+
+      # All 8 within 300 ms by chance: about 1 in 70,000. Without the random moment they all
+      # collected within the 10-20 ms the connects took.
+      assert span > 300
       for {conn, _} <- pairs, do: Connection.close(conn)
     end
 
