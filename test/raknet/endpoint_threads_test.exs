@@ -72,6 +72,21 @@ defmodule RakNet.EndpointThreadsTest do
     assert RakNet.connect("127.0.0.1", port, timeout: 3_000) == {:error, :banned}
   end
 
+  test "20 players connecting together from one address all get in, however the threads share them" do
+    # The kernel spreads one address's clients over the threads unevenly: each thread keeps
+    # the whole per-IP rate (20 a second), or the one that gets an 11th refuses it.
+    {_server, port} = start_server(endpoint_threads: 2)
+
+    conns =
+      for _ <- 1..20 do
+        assert {:ok, conn} = RakNet.connect("127.0.0.1", port, timeout: 5_000)
+        assert_receive {:client_new, _}, 5_000
+        conn
+      end
+
+    for conn <- conns, do: Connection.close(conn)
+  end
+
   test "max_connections holds for the server, whichever thread a client lands on" do
     # 20 connects from one address in a moment: over the per-IP rate (20 a second, a quarter
     # of it per thread), some would be told "recently connected" instead of "full".

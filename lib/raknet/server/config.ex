@@ -195,11 +195,14 @@ defmodule RakNet.Server.Config do
       port, so a client always lands on the same thread and connections spread over all of
       them. `:max_connections`, `:max_connections_per_ip` and `:max_buffered_bytes` are
       shared by the threads (atomic counters) and keep their server-wide meaning exactly;
-      `:max_half_open`, `:max_half_open_per_ip`, `:strict_half_open`,
-      `:strict_handshakes_per_sec`, `:max_unproven`, `:max_unproven_per_ip`,
-      `:new_connections_per_ip_per_sec`, `:pongs_per_ip_per_sec` and `:pong_bytes_per_sec`
-      are divided among them (rounded up),
-      so a client using one source port sees its thread's share. With more than one thread,
+      the budgets over all sources (`:max_half_open`, `:strict_half_open`,
+      `:strict_handshakes_per_sec`, `:max_unproven` and `:pong_bytes_per_sec`) are divided
+      among them (rounded up), and each thread keeps the whole per-IP ones
+      (`:max_half_open_per_ip`, `:max_unproven_per_ip`, `:new_connections_per_ip_per_sec`,
+      `:pongs_per_ip_per_sec`): the kernel spreads one address's clients over the threads
+      unevenly, so a halved per-IP rate refused players of a LAN party below its documented
+      burst, while an address whose clients land on several threads may get up to that many
+      times a per-IP rate. With more than one thread,
       the server refuses to start (`:eaddrinuse`) when anything already holds the port. Not
       on Windows (one thread there). Default `nil`: the number of online schedulers
       (`System.schedulers_online/0`); at most 1024.

@@ -67,13 +67,13 @@ impl RawConfig {
         }
     }
 
-    /// The rates one of `endpoints` endpoints serving one port enforces (rounded up), as
-    /// [`crate::AdmissionLimits::endpoint_share`] divides the admission limits: a source's
-    /// datagrams spread over the endpoints by port.
+    /// The rates one of `endpoints` endpoints serving one port enforces, as
+    /// [`crate::AdmissionLimits::endpoint_share`] shares the admission limits: the rate over
+    /// all sources divided (rounded up), the per-IP rate whole (a source's datagrams reach
+    /// the endpoints by their port, unevenly: one port reaches one endpoint only).
     pub fn endpoint_share(&self, endpoints: usize) -> Self {
         let n = u32::try_from(endpoints.max(1)).unwrap_or(u32::MAX);
         Self {
-            per_ip_per_sec: self.per_ip_per_sec.div_ceil(n),
             per_sec: self.per_sec.div_ceil(n),
             ..self.clone()
         }
