@@ -1417,22 +1417,20 @@ rows =
         "#{f.(per_core_us.(step))} µs of server CPU per echo#{raw_ratio.(step)}; load tester #{f.(step[:load_tester_cpu_share_of_one_core])} core (pinned to the other CPU)"
       ]
     end) ++
-    Enum.map(per_core_raw, fn r ->
+    for {refs, what, how} <- [
+          {per_core_raw, "plain UDP (4 datagrams per echo)",
+           "raknet-echo --raw (one thread, a blocking receive per datagram) against raknet-load --raw"},
+          {per_core_engine, "the engine alone (no BEAM)",
+           "raknet-echo (the engine on one thread, a blocking receive, echoing reliable_ordered) against raknet-load as above"}
+        ],
+        r <- refs do
       [
-        "10. reference: #{f.(r.connections)} connections, plain UDP (4 datagrams per echo), pinned the same way",
+        "10. reference: #{f.(r.connections)} connections, #{what}, pinned the same way",
         "#{f.(r.cpu_share_of_one_core)} core (#{f.(r.us_per_echo)} µs per echo), p99 #{f.(r.p99_ms)} ms, #{f.(r.unanswered)} missing",
         if(r.held, do: "held", else: "not held"),
-        "raknet-echo --raw (one thread, a blocking receive per datagram) against raknet-load --raw"
+        how
       ]
-    end) ++
-    Enum.map(per_core_engine, fn r ->
-      [
-        "10. reference: #{f.(r.connections)} connections, the engine alone (no BEAM), pinned the same way",
-        "#{f.(r.cpu_share_of_one_core)} core (#{f.(r.us_per_echo)} µs per echo), p99 #{f.(r.p99_ms)} ms, #{f.(r.unanswered)} missing",
-        if(r.held, do: "held", else: "not held"),
-        "raknet-echo (the engine on one thread, a blocking receive, echoing reliable_ordered) against raknet-load as above"
-      ]
-    end) ++
+    end ++
     Enum.map(scale, fn s ->
       [
         "5. #{f.(s.target_connections)} connections x 20 msg/s, echoed",
