@@ -47,6 +47,9 @@
 //! player stops sending and waits up to `--drain` seconds for its missing reliable echoes
 //! before it closes. The summary then has `reliable`, `sequenced`, `dropped` and `verify` lines.
 
+mod recv;
+mod report;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -54,6 +57,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
+use recv::{recv_all, RecvBufs};
+use report::{Check, Progress, Totals};
+
 use raknet_proto::{
     ConnId, Endpoint, EndpointConfig, Event, Limits, Priority, Reliability, SendOptions,
 };
@@ -168,70 +174,6 @@ fn parse_args() -> Result<Args, String> {
         port,
     );
     Ok(a)
-}
-
-#[derive(Default)]
-struct Totals {
-    connected: usize,
-    failed: usize,
-    disconnected: usize,
-    sent: u64,
-    received: u64,
-    bytes_sent: u64,
-    bytes_received: u64,
-    rtts_us: Vec<u32>,
-    /// The round trips of the current second, for the progress line's p99.
-    second_rtts_us: Vec<u32>,
-    /// The current second's longest lateness of a player's timer: how long the load tester
-    /// itself kept a send or a timer waiting (a round trip includes it).
-    second_lag_us: u64,
-    /// The current second's longest wait of a received datagram for the load tester to read
-    /// it (not counted in round trips: they end when the kernel received the echo).
-    second_read_lag_us: u64,
-    failures: Vec<String>,
-    /// `--verify`: connections that ended before they closed themselves.
-    dropped: usize,
-    /// Why the first few of them ended.
-    drop_reasons: Vec<String>,
-    reliable: Check,
-    sequenced: Check,
-    /// What the players' engines counted, summed at their close: the server's datagrams
-    /// received twice (its resends of what had arrived), the players' own resends, NAKs
-    /// they sent (gaps in the server's datagrams) and their datagrams declared lost.
-    duplicates: u64,
-    resends: u64,
-    naks_sent: u64,
-    datagrams_lost: u64,
-    /// Unreliable messages that waited too long in a player's queue, never sent.
-    expired_unsent: u64,
-    /// Players that closed with echoes still missing, and the echoes their engines held
-    /// then behind a gap in the server's ordered stream.
-    closed_waiting: u64,
-    held_at_close: u64,
-}
-
-impl Totals {
-    /// A player that never connected, and why (the first few distinct reasons are kept).
-    fn failure(&mut self, reason: String) {
-        self.failed += 1;
-        if self.failures.len() < 5 && !self.failures.contains(&reason) {
-            self.failures.push(reason);
-        }
-    }
-}
-
-/// What `--verify` found for one reliability, summed over the connections.
-#[derive(Default)]
-struct Check {
-    sent: u64,
-    /// Distinct messages echoed.
-    echoed: u64,
-    lost: u64,
-    duplicated: u64,
-    /// Echoes that did not come in sending order (reliable: not the next expected number;
-    /// sequenced: a number not above the last one echoed).
-    out_of_order: u64,
-    rtts_us: Vec<u32>,
 }
 
 /// One connection's reliable-ordered echoes: which numbers came back, and which one is next.
@@ -744,207 +686,6 @@ fn run_players(run: &Run, t: &mut Totals) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The progress line printed every second.
-struct Progress {
-    next: Instant,
-    last: (u64, u64),
-}
-
-impl Progress {
-    fn new(run: &Run) -> Self {
-        Self {
-            next: run.start + Duration::from_secs(1),
-            last: (0, 0),
-        }
-    }
-
-    fn print(&mut self, now: Instant, run: &Run, t: &mut Totals) {
-        let mut second = std::mem::take(&mut t.second_rtts_us);
-        second.sort_unstable();
-        let p99 = if second.is_empty() {
-            String::new()
-        } else {
-            format!(" p99 {:.1} ms", percentile(&second, 0.99))
-        };
-        let lag = std::mem::take(&mut t.second_lag_us) as f64 / 1000.0;
-        let read_lag = std::mem::take(&mut t.second_read_lag_us) as f64 / 1000.0;
-        println!(
-            "  {:>5.1}s connected {}/{} failed {} | out {}/s in {}/s{p99}, own timers late by up to {lag:.1} ms, datagrams read {read_lag:.1} ms after they arrived",
-            now.duration_since(run.start).as_secs_f64(),
-            t.connected - t.disconnected.min(t.connected),
-            run.args.connections,
-            t.failed,
-            t.sent - self.last.0,
-            t.received - self.last.1
-        );
-        self.last = (t.sent, t.received);
-        while self.next <= now {
-            self.next += Duration::from_secs(1);
-        }
-    }
-}
-
-/// Room for the datagrams one receive call takes.
-struct RecvBufs(Vec<Vec<u8>>);
-
-impl Default for RecvBufs {
-    fn default() -> Self {
-        Self(vec![vec![0; 2048]; RECV_BATCH])
-    }
-}
-
-/// Datagrams one receive call takes at most.
-const RECV_BATCH: usize = 8;
-
-/// Hand `f` every datagram waiting on `socket`. On Linux one `recvmmsg` per wake-up: the
-/// socket is registered edge-triggered, and a call that comes back short emptied it (a
-/// datagram arriving later raises a new event), so no second call is made to find nothing.
-/// Load-tester CPU is what the server cannot use on a small machine.
-#[cfg(target_os = "linux")]
-fn recv_all(
-    socket: &UdpSocket,
-    bufs: &mut RecvBufs,
-    mut f: impl FnMut(&[u8], SocketAddr, Option<Instant>),
-) {
-    use nix::sys::socket::{
-        recvmmsg, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage,
-    };
-    use nix::sys::time::TimeSpec;
-    use std::io::IoSliceMut;
-    use std::os::fd::AsRawFd;
-    let room = bufs.0.len();
-    let mut headers =
-        MultiHeaders::<SockaddrStorage>::preallocate(room, Some(nix::cmsg_space!(TimeSpec)));
-    // The kernel stamps datagrams with the real-time clock: an arrival is turned into an
-    // `Instant` by its age, read against both clocks at once.
-    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
-    let wall = wall
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut errors = 0;
-    loop {
-        let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
-            .0
-            .iter_mut()
-            .map(|b| [IoSliceMut::new(b.as_mut_slice())])
-            .collect();
-        let msgs = match recvmmsg(
-            socket.as_raw_fd(),
-            &mut headers,
-            iovs.iter_mut(),
-            MsgFlags::empty(),
-            None,
-        ) {
-            Ok(msgs) => msgs,
-            // An error the socket reported once (a connected socket's ICMP "port
-            // unreachable": the server was not up yet) may sit in front of datagrams: read
-            // on, a few times at most.
-            Err(e) if e != nix::errno::Errno::EAGAIN && errors < 3 => {
-                errors += 1;
-                continue;
-            }
-            // Emptied.
-            Err(_) => return,
-        };
-        let mut n = 0;
-        for msg in msgs {
-            n += 1;
-            let from = msg.address.as_ref().and_then(|a| {
-                match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
-                    (Some(v4), _) => Some(SocketAddr::V4((*v4).into())),
-                    (None, Some(v6)) => Some(SocketAddr::V6((*v6).into())),
-                    (None, None) => None,
-                }
-            });
-            let arrived = msg.cmsgs().ok().and_then(|mut c| {
-                c.find_map(|c| match c {
-                    ControlMessageOwned::ScmTimestampns(ts) => Some(Duration::from(ts)),
-                    _ => None,
-                })
-            });
-            let arrived = arrived.and_then(|at| now.checked_sub(wall.saturating_sub(at)));
-            if let (Some(from), Some(data)) = (from, msg.iovs().next()) {
-                f(data, from, arrived);
-            }
-        }
-        if n < room {
-            return;
-        }
-    }
-}
-
-/// Elsewhere: one call per datagram, until the socket says it is empty.
-#[cfg(not(target_os = "linux"))]
-fn recv_all(
-    socket: &UdpSocket,
-    bufs: &mut RecvBufs,
-    mut f: impl FnMut(&[u8], SocketAddr, Option<Instant>),
-) {
-    let Some(buf) = bufs.0.first_mut() else {
-        return;
-    };
-    let mut errors = 0;
-    loop {
-        match socket.recv_from(buf) {
-            Ok((n, from)) => f(buf.get(..n).unwrap_or(&[]), from, None),
-            // See the Linux version: an error reported once may sit in front of datagrams.
-            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock && errors < 3 => errors += 1,
-            Err(_) => return,
-        }
-    }
-}
-
-fn percentile(sorted: &[u32], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
-}
-
-/// The `--verify` lines of the summary.
-fn verify_summary(t: &mut Totals) {
-    let r = &mut t.reliable;
-    r.rtts_us.sort_unstable();
-    println!(
-        "  reliable      sent {}, echoed {}, lost {}, duplicated {}, out of order {}, p99 {:.3} ms",
-        r.sent,
-        r.echoed,
-        r.lost,
-        r.duplicated,
-        r.out_of_order,
-        percentile(&r.rtts_us, 0.99)
-    );
-    let q = &mut t.sequenced;
-    q.rtts_us.sort_unstable();
-    q.lost = q.sent.saturating_sub(q.echoed);
-    println!(
-        "  sequenced     sent {}, echoed {}, lost {} ({:.2} %), out of sequence {}, p99 {:.3} ms",
-        q.sent,
-        q.echoed,
-        q.lost,
-        q.lost as f64 * 100.0 / q.sent.max(1) as f64,
-        q.out_of_order,
-        percentile(&q.rtts_us, 0.99)
-    );
-    if t.drop_reasons.is_empty() {
-        println!("  dropped       {} connections ended early", t.dropped);
-    } else {
-        println!(
-            "  dropped       {} connections ended early ({})",
-            t.dropped,
-            t.drop_reasons.join("; ")
-        );
-    }
-    let ok = t.failed == 0
-        && t.dropped == 0
-        && r.lost == 0
-        && r.duplicated == 0
-        && r.out_of_order == 0
-        && r.echoed == r.sent
-        && q.out_of_order == 0;
-    println!("  verify        {}", if ok { "ok" } else { "FAILED" });
-}
-
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -975,66 +716,7 @@ fn main() {
         eprintln!("raknet-load: {e}");
         std::process::exit(1);
     }
-    let args = &run.args;
-    t.rtts_us.sort_unstable();
-    let secs = args.duration.as_secs_f64();
-    println!("summary:");
-    println!(
-        "  connections   {} ok, {} failed{}",
-        t.connected,
-        t.failed,
-        if t.failures.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", t.failures.join("; "))
-        }
-    );
-    println!(
-        "  sent          {} messages ({:.0}/s, {:.2} MB/s)",
-        t.sent,
-        t.sent as f64 / secs,
-        t.bytes_sent as f64 / secs / 1e6
-    );
-    println!(
-        "  received      {} messages ({:.0}/s, {:.2} MB/s)",
-        t.received,
-        t.received as f64 / secs,
-        t.bytes_received as f64 / secs / 1e6
-    );
-    if !t.rtts_us.is_empty() {
-        println!(
-            "  round trip    p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} echoes{})",
-            percentile(&t.rtts_us, 0.5),
-            percentile(&t.rtts_us, 0.99),
-            percentile(&t.rtts_us, 1.0),
-            t.rtts_us.len(),
-            if args.warmup.is_zero() {
-                String::new()
-            } else {
-                format!(" sent after a {:?} warm-up", args.warmup)
-            }
-        );
-        let lost = t.sent.saturating_sub(t.received);
-        println!(
-            "  unanswered    {lost} ({:.2} %)",
-            lost as f64 * 100.0 / t.sent.max(1) as f64
-        );
-    }
-    if !args.raw {
-        println!(
-            "  protocol      {} of the server's datagrams received twice, {} NAKs sent; {} resends, {} datagrams lost, {} unreliable messages expired unsent (players' own); {} players closed with echoes missing, {} echoes held behind a gap then",
-            t.duplicates,
-            t.naks_sent,
-            t.resends,
-            t.datagrams_lost,
-            t.expired_unsent,
-            t.closed_waiting,
-            t.held_at_close
-        );
-    }
-    if args.verify {
-        verify_summary(&mut t);
-    }
+    report::summary(&run.args, &mut t);
     if t.connected == 0 {
         std::process::exit(1);
     }
