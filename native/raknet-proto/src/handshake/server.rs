@@ -279,7 +279,6 @@ impl Drop for ServerHandshake {
     }
 }
 
-/// Whether `reply` bytes may answer `request` bytes from an unvalidated address.
 /// How young an unproven half-open record of a full network (`cap` records) is kept from a
 /// newcomer's eviction ([`ServerHandshake::on_ocr2`]): the time in which `cap` unproven OCR2s
 /// are twice the rate that turns strict mode (cookies) on. Holding a network's players out
@@ -291,6 +290,7 @@ fn young_half_open_ms(config: &EndpointConfig, cap: usize) -> u64 {
     (cap as u64 * 1000 / (2 * strict)).clamp(100, 1000)
 }
 
+/// Whether `reply` bytes may answer `request` bytes from an unvalidated address.
 pub(crate) fn within_amplification(config: &EndpointConfig, request: usize, reply: usize) -> bool {
     reply <= request.saturating_mul(config.admission.max_amplification as usize)
 }
