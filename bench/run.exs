@@ -1071,8 +1071,10 @@ engine = Bench.attempt(6, &Bench.engine/0)
 udp = Bench.attempt(if(Bench.only?(4), do: 4, else: 6), &Bench.udp/0)
 
 IO.puts("-- 1. one connection, 64 B reliable_ordered into a RakNet.Client handler (x#{n})")
-one_way = Bench.repeat(1, fn -> Bench.throughput(false) end)
-echo = Bench.repeat(1, fn -> Bench.throughput(true) end)
+# BENCH_MESSAGES: messages a run (1 M unless set; longer runs for a profiler).
+messages = String.to_integer(System.get_env("BENCH_MESSAGES", "1000000"))
+one_way = Bench.repeat(1, fn -> Bench.throughput(false, messages) end)
+echo = Bench.repeat(1, fn -> Bench.throughput(true, messages) end)
 
 IO.puts(
   "-- 2. official client's 50,000-message burst, echoed by RakNet.Server and by official (x#{n})"
