@@ -13,6 +13,7 @@ mod atoms;
 mod bans;
 mod convert;
 mod driver;
+mod inbox;
 mod nethernet;
 mod resource;
 
@@ -381,10 +382,10 @@ fn start_endpoints<'a>(
             config.secret = convert::seed();
         }
         let endpoint = Endpoint::new_in_group(config.clone(), local, Instant::now(), group.clone());
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let shared = Arc::new(driver::Shared::new(options.inline_sends));
+        let inbox = Arc::new(inbox::Inbox::new());
+        let shared = Arc::new(driver::Shared::new(inbox.clone(), options.inline_sends));
         let me = ResourceArc::new(EndpointResource {
-            tx: resource::CommandTx::new(tx, shared.clone()),
+            tx: resource::CommandTx::new(inbox.clone(), shared.clone()),
             local,
             guid: endpoint.guid(),
             dual_stack: options.dual_stack,
@@ -421,7 +422,11 @@ fn start_endpoints<'a>(
         let batched_io = options.batched_io;
         let gso = options.gso;
         let send_full_fault = options.send_full_fault;
+        let closer = inbox::CloseOnDrop(inbox.clone());
         let driver = async move {
+            // However the thread ends (also before its loop runs), its inbox refuses the
+            // commands sent after, and drops the ones still waiting, on this thread.
+            let _closer = closer;
             let mut socket =
                 raknet_udp::Udp::new(raknet_udp::Sock::new(socket)?, pktinfo, batched_io, gso);
             if send_full_fault {
@@ -431,7 +436,7 @@ fn start_endpoints<'a>(
             if let Some(nethernet) = nethernet {
                 driver = driver.with_nethernet(nethernet);
             }
-            driver::run(shared, driver, rx).await;
+            driver::run(shared, driver).await;
             Ok::<(), std::io::Error>(())
         };
         let name = if count == 1 {

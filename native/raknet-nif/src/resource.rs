@@ -1,8 +1,8 @@
-//! Handles given to Elixir, one per endpoint and one per connection, and the channel they
-//! reach the endpoint's thread by (what NIF calls ask of it).
+//! Handles given to Elixir, one per endpoint and one per connection, and how they reach the
+//! endpoint's thread (what NIF calls ask of it: [`Command`]s through its inbox).
 //!
 //! Both handles are monitored on their owner process: an endpoint whose owner exits shuts
-//! down, a connection whose owner exits closes gracefully. The channel is unbounded; its
+//! down, a connection whose owner exits closes gracefully. The inbox is unbounded; its
 //! memory is bounded by the per-connection send budget checked before enqueueing.
 
 use std::collections::HashSet;
@@ -16,7 +16,8 @@ use bytes::Bytes;
 use raknet_proto::{SendGate, SendOptions};
 use rustler::env::SavedTerm;
 use rustler::{Env, LocalPid, Monitor, OwnedEnv, Resource, ResourceArc};
-use tokio::sync::mpsc::UnboundedSender;
+
+use crate::inbox::Inbox;
 
 /// How far a flow-controlled owner may fall behind: messages sent to its mailbox and not
 /// yet confirmed with `conn_delivered`, and their bytes. Past either, the connection stops
@@ -49,7 +50,7 @@ impl DeliveryBudget {
     }
 }
 
-/// An endpoint: its command channel and what `endpoint_info` needs without asking.
+/// An endpoint: how to reach its thread and what `endpoint_info` needs without asking.
 pub(crate) struct EndpointResource {
     pub(crate) tx: CommandTx,
     pub(crate) local: SocketAddr,
@@ -211,7 +212,7 @@ impl Resource for ConnResource {
 }
 
 // ---------------------------------------------------------------------------------------
-// The command channel
+// Commands to the endpoint's thread
 
 /// The endpoint's thread is gone: the command was not taken.
 #[derive(Debug)]
@@ -220,15 +221,11 @@ pub(crate) struct Closed;
 /// How long an endpoint whose owner died waits for its peers' acknowledgements.
 pub(crate) const OWNER_DOWN_LINGER: Duration = Duration::from_secs(2);
 
-/// The way around the command channel for sends, which the endpoint's thread provides
-/// (`driver::Shared`): the channel counts the commands in it, and a send may be carried out
-/// on the calling thread while the endpoint's thread waits.
+/// The way around the inbox for sends, which the endpoint's thread provides
+/// (`driver::Shared`): a send may be carried out on the calling thread while the endpoint's
+/// thread waits and nothing waits in the inbox ahead of it.
 pub(crate) trait Gate: Send + Sync {
-    /// A command is about to be enqueued.
-    fn enqueued(&self);
-    /// An enqueued command was not sent after all (the channel is closed).
-    fn not_enqueued(&self);
-    /// Carry out the send here, or hand it back to go through the channel.
+    /// Carry out the send here, or hand it back to go through the inbox.
     fn try_send_inline(&self, last_send: &AtomicU64, msg: Message) -> Result<(), Message>;
 }
 
@@ -242,30 +239,27 @@ pub(crate) struct Message {
     pub(crate) receipt: Option<u32>,
 }
 
-/// How the NIFs reach an endpoint's thread: its command channel, and for sends the way
-/// around it while the thread waits (see [`Gate`]).
-#[derive(Clone)]
+/// How the NIFs reach an endpoint's thread: its command inbox, and for sends the way
+/// around it while the thread waits (see [`Gate`]). The thread stops once no handle is
+/// left (and nothing waits in the inbox).
 pub(crate) struct CommandTx {
-    tx: UnboundedSender<Command>,
+    inbox: Arc<Inbox>,
     shared: Arc<dyn Gate>,
 }
 
 impl CommandTx {
-    pub(crate) fn new(tx: UnboundedSender<Command>, shared: Arc<dyn Gate>) -> Self {
-        Self { tx, shared }
+    pub(crate) fn new(inbox: Arc<Inbox>, shared: Arc<dyn Gate>) -> Self {
+        inbox.add_sender();
+        Self { inbox, shared }
     }
 
-    /// Enqueue a command for the thread.
+    /// Queue a command for the thread.
     pub(crate) fn send(&self, cmd: Command) -> Result<(), Closed> {
-        self.shared.enqueued();
-        self.tx.send(cmd).map_err(|_| {
-            self.shared.not_enqueued();
-            Closed
-        })
+        self.inbox.send(cmd).map_err(|_| Closed)
     }
 
     /// Send a message on `conn`: on this thread when the endpoint's thread waits, nothing is
-    /// queued ahead of it and the connection is not in a burst, through the channel otherwise.
+    /// queued ahead of it and the connection is not in a burst, through the inbox otherwise.
     pub(crate) fn send_message(&self, conn: &ConnResource, msg: Message) -> Result<(), Closed> {
         match self.shared.try_send_inline(&conn.last_send, msg) {
             Ok(()) => Ok(()),
@@ -275,12 +269,24 @@ impl CommandTx {
 
     /// The thread has stopped taking commands.
     pub(crate) fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.inbox.is_closed()
     }
 
     /// Both lead to the same endpoint.
     pub(crate) fn same_channel(&self, other: &Self) -> bool {
-        self.tx.same_channel(&other.tx)
+        Arc::ptr_eq(&self.inbox, &other.inbox)
+    }
+}
+
+impl Clone for CommandTx {
+    fn clone(&self) -> Self {
+        Self::new(self.inbox.clone(), self.shared.clone())
+    }
+}
+
+impl Drop for CommandTx {
+    fn drop(&mut self) {
+        self.inbox.remove_sender();
     }
 }
 

@@ -9,15 +9,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::inbox::Inbox;
 use bytes::Bytes;
 use raknet_proto::hash::OwnKeyMap;
 use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendGate};
 use rustler::{Encoder, LocalPid, OwnedEnv, ResourceArc, Term};
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Notify;
 
 use crate::atoms;

@@ -9,12 +9,12 @@ use super::*;
 /// with no command queued ahead of it and no burst of sends on that connection, hands the message to
 /// the engine and the datagram to the socket itself: the reply to a peer then crosses one
 /// thread less, and the endpoint's thread is not woken for it. Anything else goes through the
-/// channel, in order.
+/// inbox, in order.
 pub(crate) struct Shared {
     driver: Mutex<Option<Driver>>,
-    /// Commands sent and not yet applied. An inline send waits for (goes behind) them, so
-    /// that it never overtakes an earlier send or close of the same process.
-    queued: AtomicUsize,
+    /// The thread's commands. An inline send waits for (goes behind) those not yet applied,
+    /// so that it never overtakes an earlier send or close of the same process.
+    inbox: Arc<Inbox>,
     /// Tells the waiting thread to take a turn: an inline send left it work (events to
     /// deliver, datagrams that did not fit in the socket buffer, an earlier timer).
     wake: Notify,
@@ -27,10 +27,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(inline: bool) -> Self {
+    pub(crate) fn new(inbox: Arc<Inbox>, inline: bool) -> Self {
         Self {
             driver: Mutex::new(None),
-            queued: AtomicUsize::new(0),
+            inbox,
             wake: Notify::new(),
             inline,
             epoch: Instant::now(),
@@ -57,7 +57,6 @@ impl Shared {
     /// about its connection follows it (see [`Driver::deliver_batch`]).
     fn turn(
         &self,
-        rx: &mut UnboundedReceiver<Command>,
         cmds: &mut Vec<Command>,
         writable: bool,
         env: &mut OwnedEnv,
@@ -72,15 +71,13 @@ impl Shared {
         // before a client connected) is visible by the time the datagram is read.
         //
         // The shared counters are brought up to date once per batch rather than per command
-        // (`queued` here, the connections' send budgets in `settle`): the BEAM processes
-        // sending meanwhile write the same cache lines, which moved between cores on every
-        // command otherwise. Inline sends cannot tell the difference: they need the driver,
-        // held here until the turn ends.
+        // (the connections' send budgets in `settle`): the BEAM processes sending meanwhile
+        // write the same cache lines, which moved between cores on every command otherwise.
+        // Inline sends cannot tell the difference: they need the driver, held here until the
+        // turn ends.
         let mut applied = 0;
         let mut apply = |driver: &mut Driver| {
-            while let Ok(cmd) = rx.try_recv() {
-                cmds.push(cmd);
-            }
+            self.inbox.take(cmds);
             if cmds.is_empty() {
                 return;
             }
@@ -90,7 +87,6 @@ impl Shared {
                 driver.command(now, cmd);
             }
             driver.settle();
-            self.queued.fetch_sub(batch, Ordering::SeqCst);
             applied += batch as u64;
         };
         apply(driver);
@@ -140,20 +136,10 @@ impl Shared {
 }
 
 impl Gate for Shared {
-    /// A command is about to be enqueued (see `queued`).
-    fn enqueued(&self) {
-        self.queued.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// An enqueued command was not sent after all (the channel is closed).
-    fn not_enqueued(&self) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
-    }
-
     /// Carry out a send on the calling (scheduler) thread if the endpoint's thread is waiting,
     /// nothing is queued ahead of it and the connection's previous send (`last_send`: when it
     /// was asked for, by either path, in nanoseconds since `epoch`) was not a moment ago.
-    /// Never waits: `Err` hands the message back for the channel.
+    /// Never waits: `Err` hands the message back for the inbox.
     fn try_send_inline(&self, last_send: &AtomicU64, msg: Message) -> Result<(), Message> {
         let now = Instant::now();
         // Counted from one gap in: a connection's first send (`last_send` 0) is sparse.
@@ -162,7 +148,7 @@ impl Gate for Shared {
             .saturating_add(INLINE_GAP.as_nanos() as u64);
         let last = last_send.swap(at, Ordering::Relaxed);
         let sparse = at.saturating_sub(last) >= INLINE_GAP.as_nanos() as u64;
-        if !self.inline || !sparse || self.queued.load(Ordering::SeqCst) != 0 {
+        if !self.inline || !sparse || self.inbox.pending() {
             return Err(msg);
         }
         let Ok(mut guard) = self.driver.try_lock() else {
@@ -172,7 +158,7 @@ impl Gate for Shared {
             return Err(msg);
         };
         // Again, now that the thread cannot be applying commands.
-        if self.queued.load(Ordering::SeqCst) != 0 || !driver.can_send_inline() {
+        if self.inbox.pending() || !driver.can_send_inline() {
             return Err(msg);
         }
         let wake = driver.send_inline(now, msg);
@@ -209,7 +195,7 @@ impl Drop for Release<'_> {
 }
 
 /// Install `driver` in `shared` and run the endpoint's loop until it stops.
-pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedReceiver<Command>) {
+pub(crate) async fn run(shared: Arc<Shared>, driver: Driver) {
     // Declared first, dropped last: after the socket below.
     let _release = Release(&shared);
     let io: Arc<raknet_udp::Sock> = driver.socket.io();
@@ -246,16 +232,17 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver, mut rx: UnboundedRe
         let mut room = false;
         tokio::select! {
             biased;
-            cmd = rx.recv() => match cmd {
-                Some(cmd) => cmds.push(cmd),
-                None => return,
-            },
+            () = shared.inbox.ready() => {
+                if shared.inbox.abandoned() {
+                    return;
+                }
+            }
             _ = io.readable() => {}
             () = writable, if wait.blocked => room = true,
             () = shared.wake.notified() => {}
             () = sleep => {}
         }
-        match shared.turn(&mut rx, &mut cmds, room, &mut env, &mut mail) {
+        match shared.turn(&mut cmds, room, &mut env, &mut mail) {
             Some(next) => wait = next,
             None => break,
         }
