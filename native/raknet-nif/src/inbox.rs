@@ -15,6 +15,9 @@ use tokio::sync::Notify;
 
 use crate::resource::Command;
 
+/// The most commands' room a vector keeps between turns (about 100 KB).
+const KEEP: usize = 1024;
+
 pub(crate) struct Inbox {
     state: Mutex<State>,
     /// A permit when the queue went from empty to not, or the last sender left.
@@ -82,7 +85,11 @@ impl Inbox {
             return;
         }
         if into.is_empty() {
-            // The thread's emptied vector goes back as the queue: no allocation per turn.
+            // The thread's emptied vector goes back as the queue: no allocation per turn;
+            // one that a burst grew past `KEEP` is let go rather than kept for good.
+            if into.capacity() > KEEP {
+                *into = Vec::new();
+            }
             std::mem::swap(&mut state.queue, into);
         } else {
             into.append(&mut state.queue);
