@@ -20,7 +20,7 @@ const KEEP: usize = 1024;
 
 pub(crate) struct Inbox {
     state: Mutex<State>,
-    /// A permit when the queue went from empty to not, or the last sender left.
+    /// A permit when the queue went from empty to not.
     ready: Notify,
     /// Whether commands wait, readable without the lock (see [`Inbox::pending`]).
     pending: AtomicBool,
@@ -30,8 +30,6 @@ struct State {
     queue: Vec<Command>,
     /// The thread still takes commands.
     open: bool,
-    /// Handles that can send ([`crate::resource::CommandTx`]s).
-    senders: usize,
 }
 
 impl Inbox {
@@ -40,7 +38,6 @@ impl Inbox {
             state: Mutex::new(State {
                 queue: Vec::new(),
                 open: true,
-                senders: 0,
             }),
             ready: Notify::new(),
             pending: AtomicBool::new(false),
@@ -97,15 +94,9 @@ impl Inbox {
         self.pending.store(false, Ordering::Release);
     }
 
-    /// Wait until commands may be waiting (or the last sender has left).
+    /// Wait until commands may be waiting.
     pub(crate) async fn ready(&self) {
         self.ready.notified().await;
-    }
-
-    /// No handle can send any more, and nothing waits: the thread may stop.
-    pub(crate) fn abandoned(&self) -> bool {
-        let state = self.lock();
-        state.senders == 0 && state.queue.is_empty()
     }
 
     /// The thread has stopped: refuse further commands and drop the waiting ones.
@@ -121,21 +112,6 @@ impl Inbox {
 
     pub(crate) fn is_closed(&self) -> bool {
         !self.lock().open
-    }
-
-    pub(crate) fn add_sender(&self) {
-        self.lock().senders += 1;
-    }
-
-    pub(crate) fn remove_sender(&self) {
-        let last = {
-            let mut state = self.lock();
-            state.senders = state.senders.saturating_sub(1);
-            state.senders == 0
-        };
-        if last {
-            self.ready.notify_one();
-        }
     }
 }
 

@@ -240,8 +240,9 @@ pub(crate) struct Message {
 }
 
 /// How the NIFs reach an endpoint's thread: its command inbox, and for sends the way
-/// around it while the thread waits (see [`Gate`]). The thread stops once no handle is
-/// left (and nothing waits in the inbox).
+/// around it while the thread waits (see [`Gate`]). The thread stops on `Command::Stop` (its
+/// driver holds the endpoint's handle, so handles alone never leave it without one).
+#[derive(Clone)]
 pub(crate) struct CommandTx {
     inbox: Arc<Inbox>,
     shared: Arc<dyn Gate>,
@@ -249,7 +250,6 @@ pub(crate) struct CommandTx {
 
 impl CommandTx {
     pub(crate) fn new(inbox: Arc<Inbox>, shared: Arc<dyn Gate>) -> Self {
-        inbox.add_sender();
         Self { inbox, shared }
     }
 
@@ -275,18 +275,6 @@ impl CommandTx {
     /// Both lead to the same endpoint.
     pub(crate) fn same_channel(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inbox, &other.inbox)
-    }
-}
-
-impl Clone for CommandTx {
-    fn clone(&self) -> Self {
-        Self::new(self.inbox.clone(), self.shared.clone())
-    }
-}
-
-impl Drop for CommandTx {
-    fn drop(&mut self) {
-        self.inbox.remove_sender();
     }
 }
 

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::inbox::Inbox;
 use bytes::Bytes;
 use raknet_proto::hash::OwnKeyMap;
 use raknet_proto::{ConnId, DisconnectReason, Endpoint, Event, ReceiptId, Role, SendGate};
@@ -22,6 +21,7 @@ use tokio::sync::Notify;
 
 use crate::atoms;
 use crate::convert::{self, Reason};
+use crate::inbox::Inbox;
 use crate::resource::{Command, ConnResource, EndpointResource, Gate, Message};
 use raknet_proto::rates::{self, ConnRates, EndpointRates};
 use raknet_udp::{Outbox, Received, Udp};

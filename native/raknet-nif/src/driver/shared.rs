@@ -232,11 +232,7 @@ pub(crate) async fn run(shared: Arc<Shared>, driver: Driver) {
         let mut room = false;
         tokio::select! {
             biased;
-            () = shared.inbox.ready() => {
-                if shared.inbox.abandoned() {
-                    return;
-                }
-            }
+            () = shared.inbox.ready() => {}
             _ = io.readable() => {}
             () = writable, if wait.blocked => room = true,
             () = shared.wake.notified() => {}
