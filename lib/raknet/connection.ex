@@ -641,14 +641,15 @@ defmodule RakNet.Connection do
     {:stop, {:shutdown, reason}, %{state | result: {:error, reason}}}
   end
 
-  # Exits are trapped only so that terminate/2 runs on a supervisor's shutdown (the parent's
-  # EXIT never gets here: gen_server handles it). Other linked processes count as if exits
-  # were not trapped: a normal exit is ignored, anything else takes the connection down.
+  # The one early collection that sets this process's cycle apart (see @gc_phase_ms).
   def handle_info(:raknet_gc_phase, state) do
     :erlang.garbage_collect(self(), type: :minor)
     {:noreply, state}
   end
 
+  # Exits are trapped only so that terminate/2 runs on a supervisor's shutdown (the parent's
+  # EXIT never gets here: gen_server handles it). Other linked processes count as if exits
+  # were not trapped: a normal exit is ignored, anything else takes the connection down.
   def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
 
