@@ -79,8 +79,9 @@ fn main() -> std::io::Result<()> {
     let (mut inbox, mut out) = (vec![0u8; 2048], Vec::with_capacity(2048));
     // The receive timeout now set: changed only when it would wake the thread more than
     // TIMER_SLACK away from the engine's next timer, not before every receive (a system
-    // call per datagram that the raw echo does not make).
-    let mut timeout = Duration::ZERO;
+    // call per datagram that the raw echo does not make). None set yet: the first loop sets
+    // one, however soon the first timer.
+    let mut timeout = Duration::MAX;
     loop {
         let now = Instant::now();
         let wait = ep
