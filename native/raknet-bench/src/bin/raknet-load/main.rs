@@ -211,6 +211,8 @@ struct Run {
     start: Instant,
     stop: Instant,
     interval: Duration,
+    /// The players' engines' seeds count from here: different every run.
+    seed: u64,
 }
 
 /// One simulated player: its socket, its client engine and what it has sent and received.
@@ -265,7 +267,9 @@ impl Player {
         );
         let local = socket.local_addr().unwrap_or(run.args.server);
         let config = EndpointConfig {
-            rng_seed: id as u64 ^ 0x10ad,
+            // A GUID per player and run: a server still closing the last run's connections
+            // refuses a GUID it knows from another address as already connected.
+            rng_seed: run.seed ^ id as u64,
             protocol_versions: vec![run.args.protocol],
             accept_incoming: false,
             // `--ack-delay`, 0 by default: an echo's ACK leaves as soon as the echo is read,
@@ -705,7 +709,12 @@ fn main() {
         args.duration
     );
     let start = Instant::now();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x10ad, |d| d.as_nanos() as u64)
+        << 20;
     let run = Run {
+        seed,
         start,
         stop: start + args.duration,
         interval: Duration::from_secs_f64(1.0 / args.rate.max(0.001)),
