@@ -837,7 +837,7 @@ fn broadcast<'a>(
                 Err(_) => continue,
             }
         }
-        match groups.iter_mut().find(|(tx, _)| tx.same_channel(&conn.tx)) {
+        match groups.iter_mut().find(|(tx, _)| tx.same_endpoint(&conn.tx)) {
             Some((_, keys)) => keys.push(conn.key),
             None => groups.push((&conn.tx, vec![conn.key])),
         }

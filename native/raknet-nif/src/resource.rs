@@ -273,7 +273,7 @@ impl CommandTx {
     }
 
     /// Both lead to the same endpoint.
-    pub(crate) fn same_channel(&self, other: &Self) -> bool {
+    pub(crate) fn same_endpoint(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inbox, &other.inbox)
     }
 }
