@@ -404,14 +404,18 @@ impl Player {
                     self.echoed(at, run, t, &payload);
                 }
                 Event::Disconnected { reason, .. } => {
-                    if args.verify && self.connected {
-                        t.reliable.lost += self.sent[0] - self.reliable.count;
+                    // Still connected: the server closed it (or it timed out) before the
+                    // player closed it itself.
+                    if self.connected {
                         t.dropped += 1;
-                        if t.drop_reasons.len() < 5 {
-                            t.drop_reasons.push(format!(
-                                "{reason} after {} reliable echoes",
-                                self.reliable.count
-                            ));
+                        let reason = if args.verify {
+                            t.reliable.lost += self.sent[0] - self.reliable.count;
+                            format!("{reason} after {} reliable echoes", self.reliable.count)
+                        } else {
+                            reason.to_string()
+                        };
+                        if t.drop_reasons.len() < 5 && !t.drop_reasons.contains(&reason) {
+                            t.drop_reasons.push(reason);
                         }
                     }
                     if self.ever_connected {

@@ -26,9 +26,10 @@ pub(crate) struct Totals {
     /// it (not counted in round trips: they end when the kernel received the echo).
     pub(crate) second_read_lag_us: u64,
     pub(crate) failures: Vec<String>,
-    /// `--verify`: connections that ended before they closed themselves.
+    /// Connections that ended before they closed themselves (closed by the server, or
+    /// timed out).
     pub(crate) dropped: usize,
-    /// Why the first few of them ended.
+    /// Why the first few of them ended (distinct reasons).
     pub(crate) drop_reasons: Vec<String>,
     pub(crate) reliable: Check,
     pub(crate) sequenced: Check,
@@ -167,14 +168,23 @@ pub(crate) fn summary(args: &Args, t: &mut Totals) {
     t.rtts_us.sort_unstable();
     let secs = args.duration.as_secs_f64();
     println!("summary:");
+    // `ok`: connections that came up; of those, the ones that ended before the player closed
+    // them are counted apart (a server that accepts a handshake and then refuses the
+    // connection, as one at its connection limit does, is not holding those players).
     println!(
-        "  connections   {} ok, {} failed{}",
+        "  connections   {} ok, {} failed{}, {} closed before the end{}",
         t.connected,
         t.failed,
         if t.failures.is_empty() {
             String::new()
         } else {
             format!(" ({})", t.failures.join("; "))
+        },
+        t.dropped,
+        if t.drop_reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", t.drop_reasons.join("; "))
         }
     );
     println!(
