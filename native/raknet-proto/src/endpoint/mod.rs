@@ -216,6 +216,12 @@ pub struct ConnectOptions {
 /// 2. send every datagram [`Endpoint::poll_transmit`] writes;
 /// 3. handle every [`Endpoint::poll_event`];
 /// 4. sleep until the next datagram or [`Endpoint::poll_timeout`].
+///
+/// Read what has already arrived before running timers that are due: the timers judge the
+/// peers on what was read, and run behind a backlog in the socket they take the ACKs waiting
+/// there for losses and send their datagrams again. A thread that fell behind then stays
+/// behind, reading those resends' ACKs too (`raknet-echo` did, until it read up to 1,024
+/// waiting datagrams before a due timer: docs/performance.md).
 #[derive(Debug)]
 pub struct Endpoint {
     config: Arc<EndpointConfig>,
