@@ -257,6 +257,11 @@ impl Net {
 
     /// One client per entry of `controllers`, with that congestion controller.
     fn mixed(controllers: &[CongestionControl], bottleneck: LinkConfig) -> Self {
+        Self::seeded(controllers, bottleneck, 100)
+    }
+
+    /// [`Net::mixed`] with the clients' engines seeded from `seed` (`seed + i`).
+    fn seeded(controllers: &[CongestionControl], bottleneck: LinkConfig, seed: u64) -> Self {
         let clients = controllers.len();
         let start = Instant::now();
         let server_addr: SocketAddr = "127.0.0.1:19132".parse().unwrap();
@@ -274,7 +279,7 @@ impl Net {
                 .enumerate()
                 .map(|(i, a)| {
                     let c = EndpointConfig {
-                        rng_seed: 100 + i as u64,
+                        rng_seed: seed + i as u64,
                         congestion: controllers[i],
                         ..cfg.clone()
                     };
@@ -495,44 +500,53 @@ fn two_flows_share_a_bottleneck_fairly() {
 
 /// A bottleneck with a deep queue (ten BDPs): a loss-based controller fills it (its RTT
 /// grows to several times the base), BBR keeps it short. The queueing delay, sampled every
-/// 5 ms after startup, stays under one base RTT (RTT under twice the base) for two flows.
+/// 5 ms after startup, of two flows over six runs (the clients' engines seeded apart): its
+/// p99 stays under one base RTT (RTT under twice the base), its mean under a quarter of one.
 ///
 /// Reno fills it (mean 154 ms, the full 200 ms queue). BBR's estimates alone add up to more
 /// than the link, and the two flows sit at their window (2 BDP plus the ACK aggregation
 /// allowance): mean 49 ms, maximum 58 ms. With the delay rule each flow cuts its rate by
 /// `min_rtt / rtt` after a round that kept a queue, and the queue stays at a few datagrams:
-/// mean about 3 ms, maximum about 13 ms.
+/// mean about 3.4 ms; a run's largest sample (a probing round's queue) is 10-25 ms from one
+/// seed to the next, which is why one run's maximum is no measure.
 #[test]
 fn queueing_delay_stays_under_the_base_rtt() {
     let bdp = (BOTTLENECK as f64 * BASE_RTT.as_secs_f64()) as usize;
-    let mut net = Net::new(CongestionControl::Bbr, 2, bottleneck(10 * bdp));
-    net.connect_all();
-    let t0 = net.elapsed();
-    net.starts = vec![Some(t0), Some(t0)];
-    let warm = t0 + Duration::from_secs(1);
     let mut delays = Vec::new();
-    net.run(
-        t0 + Duration::from_secs(6),
-        Duration::from_millis(5),
-        |net| {
-            if net.elapsed() >= warm {
-                let queued = net.up.queued_bytes(net.now) as f64;
-                delays.push(Duration::from_secs_f64(queued / BOTTLENECK as f64));
-            }
-        },
-    );
+    for seed in [100, 1, 2, 3, 4, 5] {
+        let mut net = Net::seeded(
+            &[CongestionControl::Bbr, CongestionControl::Bbr],
+            bottleneck(10 * bdp),
+            seed,
+        );
+        net.connect_all();
+        let t0 = net.elapsed();
+        net.starts = vec![Some(t0), Some(t0)];
+        let warm = t0 + Duration::from_secs(1);
+        net.run(
+            t0 + Duration::from_secs(6),
+            Duration::from_millis(5),
+            |net| {
+                if net.elapsed() >= warm {
+                    let queued = net.up.queued_bytes(net.now) as f64;
+                    delays.push(Duration::from_secs_f64(queued / BOTTLENECK as f64));
+                }
+            },
+        );
+        let delivered = net.delivered(0, warm, t0 + Duration::from_secs(6))
+            + net.delivered(1, warm, t0 + Duration::from_secs(6));
+        assert!(
+            delivered as f64 / 5.0 >= 0.85 * BOTTLENECK as f64,
+            "seed {seed}: {delivered} bytes in 5 s"
+        );
+    }
     delays.sort();
     let p99 = delays[delays.len() * 99 / 100];
     let max = *delays.last().unwrap();
     let mean = delays.iter().sum::<Duration>() / delays.len() as u32;
-    eprintln!("queueing delay: mean {mean:?}, p99 {p99:?}, max {max:?}");
-    assert!(max < BASE_RTT, "p99 {p99:?} max {max:?}");
-    let delivered = net.delivered(0, warm, t0 + Duration::from_secs(6))
-        + net.delivered(1, warm, t0 + Duration::from_secs(6));
-    assert!(
-        delivered as f64 / 5.0 >= 0.85 * BOTTLENECK as f64,
-        "{delivered} bytes in 5 s"
-    );
+    eprintln!("queueing delay over 6 runs: mean {mean:?}, p99 {p99:?}, max {max:?}");
+    assert!(p99 < BASE_RTT, "p99 {p99:?} (mean {mean:?}, max {max:?})");
+    assert!(mean < BASE_RTT / 4, "mean {mean:?}");
 }
 
 /// A bottleneck narrower than what the sender could offer, with a shallow queue (half a

@@ -331,6 +331,8 @@ pub(crate) struct Connection {
     ack_repeats: AckRepeats,
     /// When the last ACK left (see [`Self::ack_with_data`]).
     last_ack: Option<Instant>,
+    /// Data left while an ACK was owed that goes with it: the ACK follows the data.
+    ack_follows: bool,
     naks: PendingRanges,
     /// Back-pressure from the application: refuse reliable frames, drop unreliable ones.
     paused: bool,
@@ -445,6 +447,7 @@ impl Connection {
             peer_backlogged: false,
             ack_repeats: AckRepeats::default(),
             last_ack: None,
+            ack_follows: false,
             naks: PendingRanges::naks(),
             paused: false,
             memory: MemoryShare::default(),

@@ -63,7 +63,12 @@ impl Connection {
         let wrote = match &self.state {
             State::Closed => false,
             State::Offline(_) => self.offline_transmit(now, buf),
-            _ => self.write_nak(now, buf) || self.write_ack(now, buf) || self.write_data(now, buf),
+            _ => {
+                self.write_nak(now, buf)
+                    || self.write_ack(now, buf, false)
+                    || self.write_data_before_ack(now, buf)
+                    || (std::mem::take(&mut self.ack_follows) && self.write_ack(now, buf, true))
+            }
         };
         if wrote && !matches!(self.state, State::Offline(_)) {
             self.stats.datagrams_out += 1;
@@ -133,7 +138,7 @@ impl Connection {
     /// endpoint's thread for the ACK's timer) instead of the ACK waiting for the delay. At most
     /// one such ACK per `ack_delay`, so a connection sends no more ACKs than the delay alone
     /// allows (one per 10 ms window with arrivals, as official RakNet); at 20 Hz an echo's ACK
-    /// leaves with the echo.
+    /// leaves with the echo. It follows the data (see [`Self::write_data_before_ack`]).
     pub(super) fn ack_with_data(&self, now: Instant) -> bool {
         // The gates of `write_data`, but for the reliable frames' cap: an ACK that goes early
         // and finds the data held back still counts as the delay's one ACK.
@@ -148,19 +153,37 @@ impl Connection {
                 .is_none_or(|last| now >= last + self.config.ack_delay)
     }
 
-    pub(super) fn write_ack(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+    /// Data, noting an owed ACK that goes with it ([`Self::ack_with_data`]) to follow it:
+    /// after the data rather than ahead of it, so that the two (an echo and the ACK of the
+    /// message it answers) form a run the socket sends as one UDP GSO send, the ACK its
+    /// shorter last segment: one trip through the kernel's send path instead of two.
+    fn write_data_before_ack(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let owed = self.acks.since.is_some() && self.ack_with_data(now);
+        if self.write_data(now, buf) {
+            self.ack_follows |= owed;
+            return true;
+        }
+        // The data was held back after all (a send tick, the reliable frames' cap): the ACK
+        // goes alone, as it went ahead of the data.
+        owed && self.write_ack(now, buf, true)
+    }
+
+    /// An ACK if one is due (its delay passed, enough datagrams wait for it, or the
+    /// connection drains), or any owed one when `early`.
+    pub(super) fn write_ack(&mut self, now: Instant, buf: &mut Vec<u8>, early: bool) -> bool {
         let Some(since) = self.acks.since else {
             return false;
         };
         let draining = matches!(self.state, State::Draining { .. });
-        if now < since + self.config.ack_delay
+        if !early
+            && now < since + self.config.ack_delay
             && !draining
             && self.acks.len() < 64
             && self.acks.numbers() < self.ack_every()
-            && !self.ack_with_data(now)
         {
             return false;
         }
+        self.ack_follows = false;
         self.last_ack = Some(now);
         let timestamp = self
             .config
