@@ -220,7 +220,8 @@ pub enum Gso {
     /// Where the kernel has it.
     On,
     /// Tests only: the first segmented send asks for 1-byte segments, more than the kernel
-    /// takes in one send (it refuses with `EINVAL`), to exercise the way back to `Off`.
+    /// takes in one send (it refuses with `EINVAL`), to exercise the way back to `Off`; runs
+    /// too short for that (128 bytes or less) go unsegmented until then.
     RefuseFirst,
 }
 
@@ -521,10 +522,24 @@ impl Udp {
                     .count();
                 let items = &out.items[next..next + run];
                 let mut call = Call::plan(items, self.gso);
-                if self.gso_fault {
-                    // Over 64 bytes in 1-byte segments: over the kernel's UDP_MAX_SEGMENTS
-                    // (64, 128 in newer kernels), which it refuses rather than send.
-                    call.segment = call.segment.map(|s| if s > 64 { 1 } else { s });
+                if self.gso_fault && call.segment.is_some() {
+                    // Over 128 bytes in 1-byte segments: over the kernel's UDP_MAX_SEGMENTS
+                    // (64, 128 in newer kernels), which it refuses rather than send. A shorter
+                    // run goes unsegmented, so that the first segmented send is the refused one
+                    // (a datagram and the ACK behind it make runs of some 64 bytes).
+                    let first: usize = call
+                        .entries
+                        .first()
+                        .and_then(|r| items.get(r.clone()))
+                        .map_or(0, |run| run.iter().map(|i| i.len).sum());
+                    call = if first > 128 {
+                        Call {
+                            segment: Some(1),
+                            ..call
+                        }
+                    } else {
+                        Call::plan(items, false)
+                    };
                 }
                 let source = first.source.filter(|_| self.pktinfo);
                 match sys::send_many(&self.socket, self.ipv6, source, out, items, &call) {
