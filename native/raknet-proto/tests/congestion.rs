@@ -547,7 +547,8 @@ fn queueing_delay_stays_under_the_base_rtt() {
     let mean = delays.iter().sum::<Duration>() / delays.len() as u32;
     eprintln!("queueing delay over 6 runs: mean {mean:?}, p99 {p99:?}, max {max:?}");
     assert!(p99 < BASE_RTT, "p99 {p99:?} (mean {mean:?}, max {max:?})");
-    // The largest sample of the six runs: 25 ms before the ACK came behind the data too.
+    // The largest sample of the six runs: over one base RTT already when the ACK went ahead
+    // of the data (21.7 ms; 25.3 now).
     assert!(max < BASE_RTT * 3 / 2, "max {max:?} (p99 {p99:?})");
     assert!(mean < BASE_RTT / 4, "mean {mean:?}");
 }
