@@ -45,6 +45,14 @@ defmodule RakNet.PacketRouterTest.SmallRouter do
   def target(_kind, _packet, _ctx), do: nil
 end
 
+defmodule RakNet.PacketRouterTest.MidRouter do
+  use RakNet.Packet.Router, max_mailbox: 1_000
+
+  @impl true
+  def target(:world, _packet, ctx), do: {:world, ctx.assigns.test}
+  def target(_kind, _packet, _ctx), do: nil
+end
+
 defmodule RakNet.PacketRouterTest do
   use ExUnit.Case, async: false
 
@@ -208,6 +216,67 @@ defmodule RakNet.PacketRouterTest do
     assert %{dispatched: 5, overloaded: 3} = Router.stats()
     assert log =~ "raknet packet overloaded"
     send(world, :go)
+  end
+
+  # Reading a running process's mailbox length waits for the target's scheduler (1.5 µs to
+  # 20 µs and more, against 0.25 µs for a cast): a sender reads it again after one packet per
+  # 32 free places it saw, and never casts past the limit on its own.
+  test "a mailbox with room is read only every few packets, and one sender still stops at the limit",
+       %{t: t} do
+    test = self()
+
+    world =
+      spawn_link(fn ->
+        :yes = Registry.register_name({:world, t}, self())
+        send(test, :registered)
+
+        receive do
+          :go -> :ok
+        end
+      end)
+
+    assert_receive :registered
+    ctx = %Context{connection: self(), assigns: %{test: t}}
+    router = RakNet.PacketRouterTest.MidRouter
+
+    # The test's calls of process_info/2 on the world, counted by a tracer.
+    tracer = spawn_link(fn -> count_reads(world, 0) end)
+    :erlang.trace_pattern({:erlang, :process_info, 2}, true, [:global])
+    :erlang.trace(self(), true, [:call, {:tracer, tracer}])
+
+    results =
+      try do
+        for _ <- 1..1_100, do: Router.dispatch(router, %Hello{name: "x"}, ctx)
+      after
+        :erlang.trace(self(), false, [:call])
+        :erlang.trace_pattern({:erlang, :process_info, 2}, false, [:global])
+      end
+
+    ref = :erlang.trace_delivered(self())
+    assert_receive {:trace_delivered, _, ^ref}, 5_000
+    send(tracer, {:count, self()})
+    assert_receive {:reads, reads}, 5_000
+
+    assert Enum.count(results, &(&1 == :ok)) == 1_000
+    assert Enum.drop(results, 1_000) == List.duplicate({:error, {:overloaded, {:world, t}}}, 100)
+    assert {:message_queue_len, 1_000} = Process.info(world, :message_queue_len)
+    # Every packet over the limit is read for (100); the first 1,000 took 127 reads (one for
+    # each packet: 1,000).
+    assert reads >= 100 and reads < 300, "#{reads} reads of the mailbox for 1,100 packets"
+    send(world, :go)
+  end
+
+  defp count_reads(target, n) do
+    receive do
+      {:trace, _, :call, {:erlang, :process_info, [^target, :message_queue_len]}} ->
+        count_reads(target, n + 1)
+
+      {:count, to} ->
+        send(to, {:reads, n})
+
+      _other ->
+        count_reads(target, n)
+    end
   end
 
   test "use RakNet.Packet.Router refuses a :max_mailbox that is not a positive integer" do

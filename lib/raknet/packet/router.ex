@@ -40,6 +40,10 @@ defmodule RakNet.Packet.Router do
       `:global`.
     * `:max_mailbox` - the most messages a local target's mailbox may hold for a packet
       still to be cast to it (default `10_000`); `:infinity` casts whatever the mailbox holds.
+      Reading a running process's mailbox length makes the sender wait for the target's
+      scheduler, so a process dispatching to a target reads it again only after one packet
+      per 32 free places it saw, and before every packet near the limit: one sender stops at
+      the limit exactly, and each of several casting at once can pass it by a 32nd of it.
 
   ## Optional callbacks
 
@@ -158,16 +162,48 @@ defmodule RakNet.Packet.Router do
     end
   end
 
+  # Reading another process's mailbox length is a signal round trip, which waits for the
+  # target's scheduler: ~1.5 µs while the target runs, 20 µs and more when its scheduler has
+  # to wake (0.14 µs while the target waits in `receive`), against 0.25 µs for the cast. So
+  # after a read, a dispatching process casts to that target once per 32 free places in its
+  # mailbox without reading again, and reads before every cast within 32 of the limit: one
+  # sender stops at the limit exactly, and each sender casting at once can pass it by at most
+  # a 32nd of it. The credits live in this process's dictionary, for at most `@tracked`
+  # targets at once.
+  @per_credit 32
+  @tracked 8
+  @credits {__MODULE__, :credits}
+
   defp overloaded?(_pid, :infinity), do: false
 
   defp overloaded?(pid, max) when node(pid) == node() do
-    case Process.info(pid, :message_queue_len) do
-      {:message_queue_len, len} -> len >= max
-      nil -> false
+    credits = Process.get(@credits, %{})
+
+    case credits do
+      %{^pid => n} when n > 0 ->
+        Process.put(@credits, %{credits | pid => n - 1})
+        false
+
+      _ ->
+        case Process.info(pid, :message_queue_len) do
+          {:message_queue_len, len} ->
+            n = max(div(max - len, @per_credit), 0)
+            Process.put(@credits, credit(credits, pid, n))
+            len >= max
+
+          nil ->
+            Process.put(@credits, Map.delete(credits, pid))
+            false
+        end
     end
   end
 
   defp overloaded?(_pid, _max), do: false
+
+  defp credit(credits, pid, n) when is_map_key(credits, pid) or map_size(credits) < @tracked,
+    do: Map.put(credits, pid, n)
+
+  defp credit(_credits, pid, n), do: %{pid => n}
 
   @doc """
   This node's dispatch counters: packets `:dispatched`, `:missed` (the name resolved to no
