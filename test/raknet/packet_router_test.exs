@@ -186,20 +186,7 @@ defmodule RakNet.PacketRouterTest do
 
   test "a target whose mailbox is full gets no more: the packet is dropped and counted",
        %{t: t} do
-    test = self()
-
-    # A world that takes nothing until told to.
-    world =
-      spawn_link(fn ->
-        :yes = Registry.register_name({:world, t}, self())
-        send(test, :registered)
-
-        receive do
-          :go -> :ok
-        end
-      end)
-
-    assert_receive :registered
+    world = start_blocked_world(t)
     ctx = %Context{connection: self(), assigns: %{test: t}}
     router = RakNet.PacketRouterTest.SmallRouter
 
@@ -223,19 +210,7 @@ defmodule RakNet.PacketRouterTest do
   # 32 free places it saw, and never casts past the limit on its own.
   test "a mailbox with room is read only every few packets, and one sender still stops at the limit",
        %{t: t} do
-    test = self()
-
-    world =
-      spawn_link(fn ->
-        :yes = Registry.register_name({:world, t}, self())
-        send(test, :registered)
-
-        receive do
-          :go -> :ok
-        end
-      end)
-
-    assert_receive :registered
+    world = start_blocked_world(t)
     ctx = %Context{connection: self(), assigns: %{test: t}}
     router = RakNet.PacketRouterTest.MidRouter
 
@@ -264,6 +239,24 @@ defmodule RakNet.PacketRouterTest do
     # each packet: 1,000).
     assert reads >= 100 and reads < 300, "#{reads} reads of the mailbox for 1,100 packets"
     send(world, :go)
+  end
+
+  # A world registered for test `t` that takes nothing until sent `:go`.
+  defp start_blocked_world(t) do
+    test = self()
+
+    world =
+      spawn_link(fn ->
+        :yes = Registry.register_name({:world, t}, self())
+        send(test, :registered)
+
+        receive do
+          :go -> :ok
+        end
+      end)
+
+    assert_receive :registered
+    world
   end
 
   defp count_reads(target, n) do
