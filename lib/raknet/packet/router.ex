@@ -176,7 +176,7 @@ defmodule RakNet.Packet.Router do
 
   defp overloaded?(_pid, :infinity), do: false
 
-  defp overloaded?(pid, max) when node(pid) == node() do
+  defp overloaded?(pid, limit) when node(pid) == node() do
     credits = Process.get(@credits, %{})
 
     case credits do
@@ -187,9 +187,9 @@ defmodule RakNet.Packet.Router do
       _ ->
         case Process.info(pid, :message_queue_len) do
           {:message_queue_len, len} ->
-            n = max(div(max - len, @per_credit), 0)
+            n = max(div(limit - len, @per_credit), 0)
             Process.put(@credits, credit(credits, pid, n))
-            len >= max
+            len >= limit
 
           nil ->
             Process.put(@credits, Map.delete(credits, pid))
@@ -198,7 +198,7 @@ defmodule RakNet.Packet.Router do
     end
   end
 
-  defp overloaded?(_pid, _max), do: false
+  defp overloaded?(_pid, _limit), do: false
 
   defp credit(credits, pid, n) when is_map_key(credits, pid) or map_size(credits) < @tracked,
     do: Map.put(credits, pid, n)
