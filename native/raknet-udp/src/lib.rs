@@ -527,12 +527,12 @@ impl Udp {
                     // (64, 128 in newer kernels), which it refuses rather than send. A shorter
                     // run goes unsegmented, so that the first segmented send is the refused one
                     // (a datagram and the ACK behind it make runs of some 64 bytes).
-                    let first: usize = call
+                    let run_bytes: usize = call
                         .entries
                         .first()
                         .and_then(|r| items.get(r.clone()))
                         .map_or(0, |run| run.iter().map(|i| i.len).sum());
-                    call = if first > 128 {
+                    call = if run_bytes > 128 {
                         Call {
                             segment: Some(1),
                             ..call
